@@ -1,0 +1,36 @@
+# The two commands a fresh machine needs: `make demo` (the main job on embedded defaults) and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# CPU wheel of torch for machines with none; GPU users install their own torch first (any version in the range).
+TORCH_CPU ?= torch==2.13.0
+
+.PHONY: venv torch install install-dev demo test test-fast clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+venv: $(BIN)/python
+
+# Install torch only when the venv has none, so a CUDA build a user put there is kept.
+torch: venv
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH_CPU)"
+
+install: torch
+	$(BIN)/python -m pip install -q -e .
+
+install-dev: torch
+	$(BIN)/python -m pip install -q -e ".[dev]"
+
+demo: install
+	$(BIN)/raystream sweep
+
+test: install-dev
+	$(BIN)/python -m pytest tests
+
+test-fast: install-dev
+	$(BIN)/python -m pytest tests -m "not slow"
+
+clean:
+	rm -rf $(VENV) mlruns* outputs multirun .pytest_cache

@@ -1,0 +1,88 @@
+"""The `raystream` command. Positional arguments are Hydra overrides; flags belong to the subcommand.
+
+    raystream train  [overrides] [--cfg job]
+    raystream sweep  [overrides] [--cfg job]
+    raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
+    raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
+    raystream data make-demo [overrides]
+
+Every subcommand composes and checks the config first, so a bad key fails before Ray starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+from omegaconf import OmegaConf
+
+from raystream.config import ConfigError, compose
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="raystream", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    for name, help_ in (("train", "one Ray Train run"), ("sweep", "a Ray Tune sweep (default: sweep=smoke)")):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. optimizer=adamw stream.batch_size=4")
+        s.add_argument("--cfg", choices=["job"], help="print the composed config and exit")
+
+    r = sub.add_parser("report", help="paper-style table and plots from MLflow")
+    g = r.add_mutually_exclusive_group(required=True)
+    g.add_argument("--experiment", help="MLflow experiment name (its latest sweep parent run)")
+    g.add_argument("--parent", help="MLflow run id of a sweep's parent run")
+    r.add_argument("--out", default=None, help="directory for report.md, report.csv and plots")
+
+    d = sub.add_parser("data", help="demo videos and stream inspection")
+    dsub = d.add_subparsers(dest="data_command", required=True)
+    i = dsub.add_parser("inspect", help="print one JSON object per global batch (or per step and rank)")
+    i.add_argument("overrides", nargs="*")
+    i.add_argument("--batches", type=int, default=3)
+    i.add_argument("--start-step", type=int, default=0)
+    i.add_argument("--world-size", type=int, default=None)
+    m = dsub.add_parser("make-demo", help="write the bundled demo videos (cached)")
+    m.add_argument("overrides", nargs="*")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except ConfigError as exc:
+        print(f"raystream: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "report":
+        from raystream.tune.report import main as report_main
+
+        return report_main(experiment=args.experiment, parent=args.parent, out=args.out)
+
+    cfg = compose(args.overrides)
+    if getattr(args, "cfg", None) == "job":
+        print(OmegaConf.to_yaml(cfg))
+        return 0
+    if args.command == "train":
+        from raystream.train.run import main as train_main
+
+        return train_main(cfg)
+    if args.command == "sweep":
+        from raystream.tune.sweep import main as sweep_main
+
+        return sweep_main(cfg, overrides=args.overrides)
+    if args.data_command == "inspect":
+        from raystream.data.inspect import main as inspect_main
+
+        return inspect_main(cfg, batches=args.batches, start_step=args.start_step, world_size=args.world_size)
+    from raystream.data.demo import main as demo_main
+
+    return demo_main(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

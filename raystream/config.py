@@ -1,0 +1,145 @@
+"""The composed run config: Hydra composes `sweeps/` onto these structured dataclasses, then ranges are checked.
+
+Every command (`train`, `sweep`, `data inspect`, ...) goes through `compose`, so an unknown key or a bad value fails
+here, before Ray starts, with a message naming the key. Ray-free.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from raystream.data.config import DataConfig, StreamConfig
+from raystream.eval.config import EvalConfig
+from raystream.models.config import ScenarioConfig
+from raystream.optim.config import OptimizerConfig
+from raystream.tracking.config import TrackingConfig
+from raystream.train.config import TrainerConfig
+from raystream.tune.config import SweepConfig
+
+
+class ConfigError(ValueError):
+    """A config key has a value outside what raystream accepts; the message names the key."""
+
+
+@dataclass
+class RunConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    scenario: ScenarioConfig = field(default_factory=ScenarioConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    mlflow: TrackingConfig = field(default_factory=TrackingConfig)
+    experiment: str = "default"
+
+
+def config_dir() -> Path:
+    """The Hydra config tree: `$RAYSTREAM_CONFIG_DIR`, else `sweeps/` beside the package."""
+    env = os.environ.get("RAYSTREAM_CONFIG_DIR")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "sweeps"
+
+
+def _register_schema() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="run_schema", node=RunConfig)
+
+
+def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictConfig:
+    """Compose `sweeps/<config_name>.yaml` with Hydra `overrides` and check every value.
+
+    Raises ConfigError naming the key for unknown keys, wrong types, unknown group options and bad ranges.
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    _register_schema()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"invalid config (overrides {list(overrides)}): {exc}") from None
+    finally:
+        GlobalHydra.instance().clear()
+    check(cfg)
+    return cfg
+
+
+# Range checks: (dotted key, predicate, what was expected). Modules add theirs with `register_check`.
+_CHECKS: List[tuple] = []
+
+
+def register_check(key: str, predicate: Callable[[Any], bool], expected: str) -> None:
+    _CHECKS.append((key, predicate, expected))
+
+
+def check(cfg: DictConfig) -> None:
+    for key, predicate, expected in _CHECKS:
+        value = OmegaConf.select(cfg, key)
+        if not predicate(value):
+            raise ConfigError(f"config key `{key}` = {value!r}: expected {expected}")
+    bs, workers = cfg.stream.batch_size, cfg.trainer.num_workers
+    if bs % workers != 0:
+        raise ConfigError(
+            f"config key `stream.batch_size` = {bs} is not divisible by `trainer.num_workers` = {workers}: "
+            "every worker must hold an equal shard of each global batch"
+        )
+
+
+def flatten(cfg: DictConfig) -> Dict[str, Any]:
+    """The composed config as flat `a.b.c -> value` pairs (MLflow params)."""
+    out: Dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}.{k}" if prefix else str(k))
+        else:
+            out[prefix] = node
+
+    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    return out
+
+
+def _one_of(*options: str) -> Callable[[Any], bool]:
+    return lambda v: v in options
+
+
+register_check("stream.order", _one_of("batch_along_time", "batch_along_video", "shuffled"),
+               "one of batch_along_time, batch_along_video, shuffled")
+register_check("stream.batch_size", lambda v: v >= 1, "an integer >= 1")
+register_check("stream.frames_per_clip", lambda v: v >= 1, "an integer >= 1")
+register_check("stream.fps", lambda v: v > 0, "a positive number of frames per second")
+register_check("stream.clip_shift", lambda v: v >= 1, "an integer >= 1 (source frames)")
+register_check("stream.target_frames", lambda v: v >= 0, "an integer >= 0")
+register_check("stream.resolution", lambda v: v >= 8, "an integer >= 8 (pixels)")
+register_check("stream.dtype", _one_of("float", "uint8"), "float or uint8")
+register_check("stream.epochs", lambda v: v >= 1, "an integer >= 1")
+register_check("data.decoder", _one_of("decord", "pyav"), "decord or pyav")
+register_check("data.on_bad_video", _one_of("error", "skip"), "error or skip")
+register_check("optimizer.name", _one_of("adamw", "sgd", "orthogonal_adamw", "orthogonal_sgd", "slower_adamw"),
+               "one of adamw, sgd, orthogonal_adamw, orthogonal_sgd, slower_adamw")
+register_check("optimizer.lr", lambda v: v >= 0, "a learning rate >= 0")
+register_check("optimizer.weight_decay", lambda v: v >= 0, "a weight decay >= 0")
+register_check("optimizer.orth_beta", lambda v: 0 <= v < 1, "an EMA factor in [0, 1)")
+register_check("optimizer.projection", _one_of("global", "per_tensor", "dim0"), "global, per_tensor or dim0")
+register_check("optimizer.orth_init", _one_of("zero", "first_grad"), "zero or first_grad")
+register_check("scenario.name", _one_of("videomae", "future_prediction", "dora"),
+               "one of videomae, future_prediction, dora")
+register_check("scenario.backbone.preset", _one_of("tiny", "small", "base", "large"), "tiny, small, base or large")
+register_check("scenario.mask.ratio", lambda v: 0 < v < 1, "a masking ratio in (0, 1)")
+register_check("scenario.mask.mode", _one_of("per_sample", "per_batch", "fixed"), "per_sample, per_batch or fixed")
+register_check("trainer.num_workers", lambda v: v >= 1, "an integer >= 1")
+register_check("trainer.checkpoint_every", lambda v: v >= 1, "an integer >= 1")
+register_check("trainer.keep_checkpoints", lambda v: v >= 1, "an integer >= 1")
+register_check("trainer.max_failures", lambda v: v >= -1, "an integer >= -1 (-1 = retry forever)")

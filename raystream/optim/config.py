@@ -1,0 +1,28 @@
+"""Structured config of the optimizer group (`sweeps/optimizer/*.yaml`). Plain data: no torch, no Ray."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List
+
+
+@dataclass
+class OptimizerConfig:
+    """Which optimizer a run uses and its hyper-parameters.
+
+    `name` is one of `adamw`, `sgd` (torch baselines), `orthogonal_adamw`, `orthogonal_sgd`, `slower_adamw`.
+    The orthogonal fields are ignored by the torch baselines.
+    """
+
+    name: str = "orthogonal_adamw"
+    lr: float = 1e-3
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    weight_decay: float = 0.05
+    momentum: float = 0.0
+    orth_beta: float = 0.9
+    projection: str = "global"  # global | per_tensor | dim0
+    orth_init: str = "zero"  # zero | first_grad
+    warmup_steps: int = 10
+    min_lr_ratio: float = 0.01  # cosine decays to lr * min_lr_ratio
+    grad_clip: float = 0.0  # 0 disables clipping

@@ -1,0 +1,1 @@
+"""raystream.train"""

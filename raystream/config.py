@@ -19,7 +19,7 @@ from raystream.models.config import ScenarioConfig
 from raystream.optim.config import OptimizerConfig
 from raystream.tracking.config import TrackingConfig
 from raystream.train.config import TrainerConfig
-from raystream.tune.config import SweepConfig
+from raystream.tune.config import SweepConfig, check_sweep
 
 
 class ConfigError(ValueError):
@@ -127,6 +127,25 @@ register_check("stream.dtype", _one_of("float", "uint8"), "float or uint8")
 register_check("stream.epochs", lambda v: v >= 1, "an integer >= 1")
 register_check("data.decoder", _one_of("decord", "pyav"), "decord or pyav")
 register_check("data.on_bad_video", _one_of("error", "skip"), "error or skip")
+register_check("stream.target_offset_s", lambda v: v >= 0, "a time >= 0 (seconds)")
+register_check("data.fps", lambda v: v is None or v > 0, "null or a positive source frame rate")
+register_check("data.decode_timeout_s", lambda v: v > 0, "a positive number of seconds")
+register_check("data.prefetch", lambda v: v >= 0, "an integer >= 0 (batches decoded ahead)")
+register_check("data.max_read_through", lambda v: v >= 0, "an integer >= 0 (frames)")
+register_check("data.max_open_videos", lambda v: v >= 1, "an integer >= 1")
+register_check("data.decord_reopen_frames", lambda v: v >= 0, "an integer >= 0 (0 = never reopen)")
+register_check("data.demo.kind", _one_of("moving_digits", "walking_tour"), "moving_digits or walking_tour")
+register_check("data.demo.num_videos", lambda v: v >= 1, "an integer >= 1")
+register_check("data.demo.frames_per_video", lambda v: v >= 1, "an integer >= 1")
+register_check("data.demo.fps", lambda v: v > 0, "a positive frame rate")
+register_check("data.demo.canvas", lambda v: v >= 16 and v % 2 == 0, "an even integer >= 16 (pixels)")
+register_check("data.demo.objects_per_frame", lambda v: v >= 1, "an integer >= 1")
+register_check("data.demo.drift_speed", lambda v: v >= 0, "a speed >= 0 (pixels per frame)")
+register_check("data.demo.scene_frames", lambda v: v >= 1, "an integer >= 1 (frames)")
+register_check("data.demo.digit_scale", lambda v: v >= 1, "an integer >= 1")
+register_check("data.demo.crf", lambda v: 0 <= v <= 51, "an x264 crf in [0, 51]")
+register_check("data.demo.probe_per_class", lambda v: v >= 2, "an integer >= 2")
+register_check("data.demo.heldout_videos", lambda v: v >= 1, "an integer >= 1")
 register_check("optimizer.name", _one_of("adamw", "sgd", "orthogonal_adamw", "orthogonal_sgd", "slower_adamw"),
                "one of adamw, sgd, orthogonal_adamw, orthogonal_sgd, slower_adamw")
 register_check("optimizer.lr", lambda v: v >= 0, "a learning rate >= 0")
@@ -134,12 +153,46 @@ register_check("optimizer.weight_decay", lambda v: v >= 0, "a weight decay >= 0"
 register_check("optimizer.orth_beta", lambda v: 0 <= v < 1, "an EMA factor in [0, 1)")
 register_check("optimizer.projection", _one_of("global", "per_tensor", "dim0"), "global, per_tensor or dim0")
 register_check("optimizer.orth_init", _one_of("zero", "first_grad"), "zero or first_grad")
+register_check("optimizer.eps", lambda v: v >= 0, "an epsilon >= 0")
+register_check("optimizer.momentum", lambda v: v >= 0, "a momentum >= 0")
+register_check("optimizer.betas", lambda v: len(v) == 2 and all(0 <= b < 1 for b in v),
+               "two Adam betas, each in [0, 1)")
 register_check("scenario.name", _one_of("videomae", "future_prediction", "dora"),
                "one of videomae, future_prediction, dora")
 register_check("scenario.backbone.preset", _one_of("tiny", "small", "base", "large"), "tiny, small, base or large")
 register_check("scenario.mask.ratio", lambda v: 0 < v < 1, "a masking ratio in (0, 1)")
 register_check("scenario.mask.mode", _one_of("per_sample", "per_batch", "fixed"), "per_sample, per_batch or fixed")
+for _key in ("patch_size", "embed_dim", "depth", "num_heads"):
+    register_check(f"scenario.backbone.{_key}", lambda v: v is None or v >= 1, "null (the preset's) or an integer >= 1")
+register_check("scenario.backbone.tubelet_size", lambda v: v >= 1, "an integer >= 1 (frames per tubelet)")
+register_check("scenario.backbone.in_chans", lambda v: v >= 1, "an integer >= 1 (colour channels)")
+register_check("scenario.backbone.init", lambda v: bool(v), "random, a .pt/.safetensors file or a checkpoint dir")
+register_check("scenario.decoder_depth", lambda v: v >= 1, "an integer >= 1")
+register_check("scenario.decoder_dim", lambda v: v is None or v >= 1, "null (half the encoder's) or an integer >= 1")
+register_check("scenario.decoder_heads", lambda v: v is None or v >= 1, "null (half the encoder's) or an integer >= 1")
+register_check("eval.every", lambda v: v >= 0, "an integer >= 0 (0 = only at the end)")
+register_check("eval.metrics", lambda v: all(m in ("knn", "linear", "attentive") for m in v),
+               "a list of knn, linear, attentive")
+register_check("eval.knn_k", lambda v: v >= 1, "an integer >= 1")
+register_check("eval.knn_temperature", lambda v: v > 0, "a temperature > 0")
+register_check("eval.probe_epochs", lambda v: v >= 1, "an integer >= 1")
+register_check("eval.max_probe_samples", lambda v: v >= 1, "an integer >= 1")
+register_check("eval.batch_size", lambda v: v >= 1, "an integer >= 1")
+register_check("eval.linear_optimizer", _one_of("lbfgs", "sgd"), "lbfgs or sgd")
+register_check("eval.linear_weight_decay", lambda v: v >= 0, "a weight decay >= 0")
+register_check("eval.attentive_epochs", lambda v: v >= 1, "an integer >= 1")
+register_check("eval.attentive_lr", lambda v: v > 0, "a learning rate > 0")
+register_check("eval.heldout_batches", lambda v: v >= 1, "an integer >= 1")
 register_check("trainer.num_workers", lambda v: v >= 1, "an integer >= 1")
 register_check("trainer.checkpoint_every", lambda v: v >= 1, "an integer >= 1")
 register_check("trainer.keep_checkpoints", lambda v: v >= 1, "an integer >= 1")
 register_check("trainer.max_failures", lambda v: v >= -1, "an integer >= -1 (-1 = retry forever)")
+register_check("trainer.cpus_per_worker", lambda v: v > 0, "a number of CPUs > 0")
+register_check("trainer.max_steps", lambda v: v is None or v >= 1, "null (the whole stream) or an integer >= 1")
+register_check("trainer.log_every", lambda v: v >= 1, "an integer >= 1 (steps)")
+register_check("trainer.report_every", lambda v: v >= 1, "an integer >= 1 (steps)")
+register_check("trainer.run_name", lambda v: v is None or (bool(v) and "/" not in v and v.strip() == v),
+               "null (a generated name) or a name without '/' or surrounding spaces")
+register_check("trainer.ray_log_level", _one_of("DEBUG", "INFO", "WARNING", "ERROR"), "DEBUG, INFO, WARNING or ERROR")
+register_check("mlflow.experiment", lambda v: bool(v), "a non-empty MLflow experiment name")
+register_check("sweep", lambda v: check_sweep(v, ConfigError), "a valid sweep (see raystream/tune/config.py)")

@@ -12,7 +12,13 @@ from typing import Any, Optional
 
 @dataclass
 class DemoConfig:
-    """Knobs of the generated demo videos (`raystream data make-demo`); they set the stream's temporal correlation."""
+    """Knobs of the generated demo videos (`raystream data make-demo`); they set the stream's temporal correlation.
+
+    `moving_digits`: scikit-learn digits drifting over a `canvas` x `canvas` frame; every `scene_frames` frames one
+    digit of the `objects_per_frame` on screen is swapped for another, so the set changes slowly.
+    `walking_tour`: a slow pan across scikit-image's photographs (one photo = one scene of `scene_frames` frames)
+    with `objects_per_frame` digit sprites moving in the scene.
+    """
 
     kind: str = "moving_digits"  # moving_digits | walking_tour
     num_videos: int = 4
@@ -22,6 +28,10 @@ class DemoConfig:
     objects_per_frame: int = 3
     drift_speed: float = 0.5  # pixels per frame
     scene_frames: int = 120  # frames a digit set / scene lasts before it changes
+    digit_scale: int = 2  # an 8x8 digit is drawn as (8*scale) x (8*scale) pixels
+    crf: int = 0  # libx264 quality (0 = lossless: the only setting whose output we found to be reproducible)
+    probe_per_class: int = 40  # labelled probe clips per class (half train, half test)
+    heldout_videos: int = 2  # videos of the held-out stream (same generator, other seed, held-out digits)
     seed: int = 0
     cache_dir: str = "~/.cache/raystream/demo"
 
@@ -32,20 +42,33 @@ class DataConfig:
 
     `videos` is a list of paths, a directory, or a manifest file (one path per line, or CSV with `path`[,`label`]).
     When it is None the demo videos described by `demo` are generated on first use and used.
+    `heldout_videos` (same forms) feeds `build_heldout_stream`; None with the demo means held-out demo videos.
     """
 
     name: str = "moving_digits"
     videos: Optional[Any] = None
+    heldout_videos: Optional[Any] = None
     decoder: str = "decord"  # decord | pyav
     fps: Optional[float] = None  # overrides the container's fps when it lies
     on_bad_video: str = "error"  # error | skip
-    decode_timeout_s: float = 120.0
+    decode_timeout_s: float = 120.0  # a probe or a batch taking longer than this is a DataError, not a hang
+    prefetch: int = 2  # batches decoded ahead by the background thread (0 = decode in the caller's thread)
+    max_read_through: int = 250  # a forward gap of at most this many frames is decoded through instead of seeking
+    max_open_videos: int = 8  # readers kept open per stream (shuffled order revisits videos)
+    decord_reopen_frames: int = 0  # >0: reopen a decord reader (at a keyframe) after this many frames, to cap the
+    # frames decord's decoder thread piles up (see backends.DecordReader); off by default: it cost 3x decode time
+    # for a modest cap in our measurements. For long videos with little RAM, prefer data.decoder=pyav.
     demo: DemoConfig = field(default_factory=DemoConfig)
 
 
 @dataclass
 class StreamConfig:
-    """How clips are cut from the videos and batched (see `raystream/data/orders.py`)."""
+    """How clips are cut from the videos and batched (see `raystream/data/orders.py`).
+
+    A clip is `frames_per_clip` frames `stride = round(source_fps / fps)` source frames apart; clip k of a video
+    starts at source frame k * `clip_shift`. With `target_frames` > 0 it also carries that many target frames at
+    the same stride, the first one `target_offset_s` seconds after the clip's last input frame.
+    """
 
     order: str = "batch_along_time"  # batch_along_time | batch_along_video | shuffled
     batch_size: int = 8  # global batch size, split over data-parallel workers
@@ -53,8 +76,8 @@ class StreamConfig:
     fps: float = 15.0  # frames per second of video time sampled into a clip
     clip_shift: int = 2  # source frames between the starts of consecutive clips of a video
     target_frames: int = 0  # future prediction: frames to predict after the clip (0 = none)
-    target_offset_s: float = 0.64  # future prediction: how far after the clip the targets start
-    resolution: int = 32  # frames resized/cropped to resolution x resolution
-    dtype: str = "float"  # float (normalised) | uint8
+    target_offset_s: float = 0.64  # future prediction: how far after the clip's last frame the targets start
+    resolution: int = 32  # frames center-cropped to a square and resized to resolution x resolution
+    dtype: str = "float"  # float (in [0, 1]) | uint8
     epochs: int = 1
     seed: int = 0

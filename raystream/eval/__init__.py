@@ -1,1 +1,18 @@
-"""raystream.eval"""
+"""raystream.eval: evaluations of frozen models, pure PyTorch (no Ray, no MLflow).
+
+    knn_top1(train_f, train_y, test_f, test_y, num_classes=None, *, k=20, temperature=0.07) -> float
+    linear_probe_top1(train_f, train_y, test_f, test_y, num_classes=None, *, epochs=100, optimizer="lbfgs", ...)
+    attentive_probe_top1(train_tokens, train_y, test_tokens, test_y, num_classes=None, *, epochs=20, ...)
+    psnr(pred, target, data_range=1.0) -> Tensor   (mean per-sample PSNR, predictions clamped to [0, 1])
+    probe_metrics(encode, probe_set, eval_cfg) -> {'eval/knn_top1', 'eval/linear_top1', 'eval/attn_top1'}
+    heldout_pixel_metrics(predict, batches, max_batches) -> {'eval/mse_out_of_stream', 'eval/psnr_out_of_stream'}
+"""
+
+from raystream.eval.attentive import attentive_probe_top1
+from raystream.eval.knn import knn_top1
+from raystream.eval.linear import linear_probe_top1
+from raystream.eval.pixels import heldout_pixel_metrics, pixel_metrics, psnr
+from raystream.eval.probes import probe_metrics
+
+__all__ = ["knn_top1", "linear_probe_top1", "attentive_probe_top1", "psnr", "pixel_metrics",
+           "heldout_pixel_metrics", "probe_metrics"]

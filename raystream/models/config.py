@@ -8,7 +8,11 @@ from typing import Optional
 
 @dataclass
 class BackboneConfig:
-    """A ViT backbone: a preset (tiny | small | base | large) and optional overrides of its shape."""
+    """A ViT backbone: a preset (tiny | small | base | large) and optional overrides of its shape.
+
+    `init`: `random` (seeded by `seed` and the run seed), a local `.pt`/`.safetensors` state dict, or a raystream
+    checkpoint / run directory (its `model.pt`); see raystream/models/checkpoint.py.
+    """
 
     preset: str = "tiny"
     patch_size: Optional[int] = None
@@ -16,7 +20,8 @@ class BackboneConfig:
     depth: Optional[int] = None
     num_heads: Optional[int] = None
     tubelet_size: int = 2
-    init: str = "random"  # random | a .pt/.safetensors state dict | run:<raystream run dir or checkpoint>
+    in_chans: int = 3
+    init: str = "random"
     seed: int = 0
 
 
@@ -30,11 +35,47 @@ class MaskConfig:
 
 @dataclass
 class ScenarioConfig:
-    """Which of the paper's scenarios a run trains: videomae | future_prediction | dora."""
+    """Which of the paper's scenarios a run trains: videomae | future_prediction | dora.
+
+    The decoder (VideoMAE, future prediction) defaults to half the encoder's width and heads when
+    `decoder_dim` / `decoder_heads` are None.
+    """
 
     name: str = "videomae"
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     mask: MaskConfig = field(default_factory=MaskConfig)
     decoder_depth: int = 1
     decoder_dim: Optional[int] = None
+    decoder_heads: Optional[int] = None
     norm_pix_loss: bool = True
+    dora: "DoraConfig" = field(default_factory=lambda: DoraConfig())  # scenario.name=dora only
+
+
+@dataclass
+class DoraConfig:
+    """DoRA (scenario.name=dora; see raystream/models/dora/). Defaults are the tiny CPU preset; the paper's values
+    are in sweeps/scenario/dora_paper.yaml (6 local crops, out_dim 65536, hidden 2048, bottleneck 256)."""
+
+    num_objects: int = 3  # attention heads sampled per step = objects tracked = masked clips per clip
+    local_crops: int = 2
+    local_size: Optional[int] = None  # null = stream.resolution // 2 (112 at 224), rounded to the patch size
+    local_crop_min: float = 0.05  # local crops cover [min, max] of the frame's area
+    local_crop_max: float = 0.4
+    global_crop_min: float = 0.4  # the teacher's view covers [min, 1] of the frame's area
+    color_jitter: float = 0.8  # probability of brightness/contrast/saturation jitter per frame
+    grayscale: float = 0.2
+    flip: float = 0.5
+    out_dim: int = 256
+    hidden_dim: int = 256
+    bottleneck_dim: int = 64
+    head_layers: int = 3
+    norm_last_layer: bool = True
+    freeze_last_layer_steps: int = 0
+    student_temp: float = 0.1
+    teacher_temp: float = 0.04
+    center_momentum: float = 0.9
+    momentum_teacher: float = 0.996  # cosine schedule to 1 over momentum_steps
+    momentum_steps: Optional[int] = None  # null = the run's total steps (scenario.set_total_steps)
+    sinkhorn_epsilon: float = 0.05
+    sinkhorn_iters: int = 30
+    loss_rule: str = "paper"  # paper | official (the official code's two quirks; see raystream/models/dora/loss.py)

@@ -1,1 +1,20 @@
-"""raystream.optim"""
+"""raystream.optim: the optimizers of "Learning from Streaming Video with Orthogonal Gradients" (Han et al., 2025).
+
+    OrthogonalAdamW, OrthogonalSGD   the paper's Algorithms 2 and 1 (projection + base update: orthogonal.py, sgd.py)
+    Orthogonal(base_optimizer)       the projection in front of any torch.optim.Optimizer (wrapper.py)
+    SlowerAdamW                      the supplementary baseline: AdamW slowed by 1 - cos(g_t, g_{t-1}) (slower.py)
+    build_optimizer(params, cfg)     the optimizer a run config names (factory.py)
+    GradCosineTracker(params)        cos(g_t, g_{t-1}) for plain torch optimizers (diagnostics.py)
+
+Pure torch: no Ray, no raystream.config.
+"""
+
+from raystream.optim.diagnostics import GradCosineTracker
+from raystream.optim.factory import build_optimizer
+from raystream.optim.orthogonal import OrthogonalAdamW, project, update_ema
+from raystream.optim.sgd import OrthogonalSGD
+from raystream.optim.slower import SlowerAdamW
+from raystream.optim.wrapper import Orthogonal
+
+__all__ = ["OrthogonalAdamW", "OrthogonalSGD", "SlowerAdamW", "Orthogonal", "build_optimizer", "GradCosineTracker",
+           "project", "update_ema"]

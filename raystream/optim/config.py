@@ -10,8 +10,11 @@ from typing import List
 class OptimizerConfig:
     """Which optimizer a run uses and its hyper-parameters.
 
-    `name` is one of `adamw`, `sgd` (torch baselines), `orthogonal_adamw`, `orthogonal_sgd`, `slower_adamw`.
-    The orthogonal fields are ignored by the torch baselines.
+    `name` is one of `adamw`, `sgd` (torch baselines), `orthogonal_adamw`, `orthogonal_sgd`, `slower_adamw`
+    (built by `raystream.optim.build_optimizer`). The orthogonal fields are ignored by the others; `momentum` is
+    used by the SGD pair only, `betas`/`eps` by the AdamW family. Presets: `sweeps/optimizer/*.yaml`, among them
+    `orthogonal_adamw` (the paper's equations: global projection, c_0 = 0) and `orthogonal_adamw_official` (the
+    authors' published code: projection=dim0, orth_init=first_grad).
     """
 
     name: str = "orthogonal_adamw"

@@ -1,1 +1,16 @@
-"""raystream.tracking"""
+"""raystream.tracking: MLflow set-up, the names of what runs record, exactly-once step logging, plots.
+
+    tracking_uri(cfg) -> str         # cfg.mlflow.tracking_uri, else MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db
+    start_run(client, experiment=, uri=, run_name=, parent_run_id=, tags=, resume_run_id=) -> run id
+    StepLogger(uri, run_id).log(metrics, step); .flush()   # each (metric, step) recorded once, across restarts
+    grad_cosine_plots(series, out_dir)                     # the paper's Figures 1 and 3
+Metric, tag and artifact names: raystream/tracking/names.py.
+"""
+
+from raystream.tracking import names
+from raystream.tracking.logger import StepLogger
+from raystream.tracking.plots import grad_cosine_plots
+from raystream.tracking.store import artifact_location, client, end_run, experiment_id, start_run, tracking_uri
+
+__all__ = ["names", "StepLogger", "grad_cosine_plots", "artifact_location", "client", "end_run", "experiment_id",
+           "start_run", "tracking_uri"]

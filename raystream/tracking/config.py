@@ -8,7 +8,13 @@ from typing import Optional
 
 @dataclass
 class TrackingConfig:
-    """`tracking_uri` None means: `MLFLOW_TRACKING_URI` when set, else an embedded sqlite store in the cwd."""
+    """Where runs are recorded.
+
+    `tracking_uri` None means: `MLFLOW_TRACKING_URI` when set, else the embedded store MLflow 3 itself defaults to,
+    pinned to the cwd: `sqlite:///<cwd>/mlflow.db` with artifacts under `<cwd>/mlruns` (`mlflow ui` run in that
+    directory shows them). `experiment` is the MLflow experiment runs are created in (a nested child run goes into
+    its parent's experiment).
+    """
 
     tracking_uri: Optional[str] = None
     experiment: str = "raystream"

@@ -8,17 +8,24 @@ from typing import Optional
 
 @dataclass
 class TrainerConfig:
-    """How one run executes on Ray Train: workers, steps, checkpoints, fault tolerance."""
+    """How one run executes on Ray Train: workers, steps, checkpoints, fault tolerance, logging.
+
+    Steps count global batches: step t is the t-th global batch of the stream (0-based), whatever `num_workers`.
+    """
 
     num_workers: int = 1
-    use_gpu: bool = False
-    cpus_per_worker: float = 1.0
-    max_steps: Optional[int] = None  # None = one pass over the stream x stream.epochs
-    log_every: int = 1
-    checkpoint_every: int = 50
-    keep_checkpoints: int = 2
-    max_failures: int = 2
+    use_gpu: bool = False  # one GPU per worker
+    cpus_per_worker: float = 1.0  # also the torch thread count of each worker
+    max_steps: Optional[int] = None  # None = one pass over the stream x stream.epochs; else at most this many steps
+    log_every: int = 10  # steps between progress lines and MLflow flushes (every step is logged, exactly once)
+    report_every: int = 10  # steps between ray.train.report calls (what Tune sees); checkpoints also report
+    checkpoint_every: int = 50  # steps between checkpoints; the last step is always checkpointed
+    keep_checkpoints: int = 2  # CheckpointConfig(num_to_keep)
+    max_failures: int = 2  # FailureConfig(max_failures); -1 = retry forever
     storage_path: Optional[str] = None  # local dir or s3:// / gs://; None = ./raystream_results
-    run_name: Optional[str] = None  # same name again = resume
-    bf16: bool = True  # autocast on GPU only
+    run_name: Optional[str] = None  # same name (and storage_path) again = resume from its last checkpoint
+    bf16: bool = True  # bf16 autocast, on GPU only
+    find_unused_parameters: bool = False  # DDP flag, for scenarios whose forward skips some parameters
+    log_checkpoint_artifact: bool = True  # log the final model.pt to MLflow
+    ray_log_level: str = "WARNING"  # Ray Train's own log level (INFO shows every report and checkpoint)
     seed: int = 0

@@ -1,14 +1,31 @@
 """Structured config of the `sweep` group (`sweeps/sweep/*.yaml`). Plain data: importing it starts no Ray.
 
-A sweep file names its search space: `grid` axes (every combination runs) and `sample` axes (searched by Optuna,
-`num_samples` trials per grid cell), both keyed by dotted config paths, e.g. `optimizer.orth_beta: [0, 0.9]` and
-`optimizer.lr: loguniform(1e-5, 1e-3)`.
+A sweep file names its search space, keyed by dotted config paths:
+
+    grid:                       # every combination runs (one "cell" each)
+      optimizer.name: [adamw, orthogonal_adamw]
+      stream.order: [batch_along_time, shuffled]
+      trainer.seed: [0, 1, 2]   # keys ending in `seed` are averaged over in the report (mean +- std)
+    sample:                     # searched by Optuna, `num_samples` trials per grid cell
+      optimizer.lr: loguniform(1e-5, 1e-3)
+    fixed:                      # settings every trial shares; a command-line override of the same key wins
+      trainer.max_steps: 40
+
+A grid key may also be a config group (`optimizer: [adamw, orthogonal_adamw]` picks sweeps/optimizer/<v>.yaml).
+`check_sweep` checks the structure of these fields (called from raystream/config.py's checks); that each key exists
+in the composed config and each cell's values pass the range checks is checked by `raystream.tune.space.plan`,
+before Ray starts.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Type
+
+# Config groups a grid axis may select by name (sweeps/<group>/<value>.yaml); `sweep` itself is not one.
+GROUPS = ("data", "stream", "scenario", "optimizer", "trainer")
 
 
 @dataclass
@@ -16,8 +33,124 @@ class SweepConfig:
     name: str = "smoke"
     grid: Dict[str, Any] = field(default_factory=dict)
     sample: Dict[str, str] = field(default_factory=dict)
-    num_samples: int = 1
+    fixed: Dict[str, Any] = field(default_factory=dict)
+    num_samples: int = 1  # Optuna trials per grid cell (1 with no `sample` axes = one run per cell)
     metric: str = "loss"
     mode: str = "min"
     scheduler: Optional[str] = None  # None | asha
-    max_concurrent_trials: Optional[int] = None  # None = from the cluster's resources
+    grace_period: int = 5  # asha: reports a trial runs before it can be stopped
+    reduction_factor: int = 2  # asha
+    max_concurrent_trials: Optional[int] = None  # None = from the cluster's resources and each trial's workers
+    run_name: Optional[str] = None  # None = <name>-<hash of the planned trials>; the same name again = resume
+    seed: int = 0  # Optuna sampler seed
+    description: str = ""
+
+
+class SampleSpec(NamedTuple):
+    """A parsed `sample` value: kind in loguniform | uniform | randint | choice, and its arguments."""
+
+    kind: str
+    args: tuple
+
+
+_SAMPLE_RE = re.compile(r"^\s*([a-z_]+)\s*\((.*)\)\s*$", re.S)
+_SAMPLE_KINDS = {"loguniform": 2, "uniform": 2, "randint": 2, "choice": 1}
+SAMPLE_SYNTAX = "loguniform(low, high), uniform(low, high), randint(low, high) (high exclusive) or choice([a, b, ...])"
+
+
+def parse_sample(text: Any) -> SampleSpec:
+    """Parse `"loguniform(1e-5, 1e-3)"`-style text; raise ValueError saying what is wrong."""
+    if not isinstance(text, str):
+        raise ValueError(f"expected a string like {SAMPLE_SYNTAX}, got {text!r}")
+    m = _SAMPLE_RE.match(text)
+    if not m or m.group(1) not in _SAMPLE_KINDS:
+        raise ValueError(f"expected {SAMPLE_SYNTAX}, got {text!r}")
+    kind = m.group(1)
+    try:
+        args = ast.literal_eval(f"({m.group(2)},)") if m.group(2).strip() else ()
+    except (ValueError, SyntaxError):
+        raise ValueError(f"arguments of {text!r} are not literals") from None
+    if len(args) != _SAMPLE_KINDS[kind]:
+        raise ValueError(f"{kind} takes {_SAMPLE_KINDS[kind]} argument(s), got {text!r}")
+    if kind == "choice":
+        if not isinstance(args[0], (list, tuple)) or not args[0]:
+            raise ValueError(f"choice takes a non-empty list, got {text!r}")
+        return SampleSpec(kind, (list(args[0]),))
+    low, high = args
+    if kind == "randint":
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in args) or high <= low:
+            raise ValueError(f"randint takes integers low < high, got {text!r}")
+    else:
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in args) or high <= low:
+            raise ValueError(f"{kind} takes numbers low < high, got {text!r}")
+        if kind == "loguniform" and low <= 0:
+            raise ValueError(f"loguniform takes 0 < low < high, got {text!r}")
+    return SampleSpec(kind, (low, high))
+
+
+def sample_bounds(spec: SampleSpec) -> List[Any]:
+    """The extreme values a sampled axis can take (checked against the config's ranges before Ray starts)."""
+    if spec.kind == "choice":
+        return list(spec.args[0])
+    low, high = spec.args
+    return [low, high - 1] if spec.kind == "randint" else [low, high]
+
+
+def is_seed_key(key: str) -> bool:
+    """Grid axes whose values are replicates (averaged over in the report), e.g. `trainer.seed`."""
+    return key == "seed" or key.endswith(".seed")
+
+
+def check_sweep(sweep: Mapping[str, Any], error: Type[Exception] = ValueError) -> bool:
+    """Check the structure of a `sweep` node; raise `error` naming the offending `sweep.*` key. True when fine."""
+
+    def fail(key: str, value: Any, expected: str) -> None:
+        raise error(f"sweep `{sweep.get('name')}` (sweeps/sweep/{sweep.get('name')}.yaml): config key `sweep.{key}` "
+                    f"= {value!r}: expected {expected}")
+
+    grid = sweep.get("grid") or {}
+    sample = sweep.get("sample") or {}
+    fixed = sweep.get("fixed") or {}
+    for key, values in grid.items():
+        if not isinstance(key, str) or not key:
+            fail("grid", key, "dotted config keys (e.g. stream.order) or group names")
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or isinstance(values, Mapping):
+            fail(f"grid.{key}", values, "a list of values, e.g. [a, b]")
+        if len(values) == 0:
+            fail(f"grid.{key}", list(values), "a non-empty list of values")
+        if "." not in key and key not in GROUPS:
+            fail(f"grid.{key}", list(values), f"a dotted config key or one of the groups {', '.join(GROUPS)}")
+    for key, text in sample.items():
+        try:
+            parse_sample(text)
+        except ValueError as exc:
+            fail(f"sample.{key}", text, str(exc))
+        if key in grid:
+            fail(f"sample.{key}", text, "a key that is not also a grid axis")
+        if "." not in key:
+            fail(f"sample.{key}", text, "a dotted config key (e.g. optimizer.lr)")
+    for key in fixed:
+        if key in grid or key in sample:
+            fail(f"fixed.{key}", fixed[key], "a key that is not also a grid or sample axis")
+        if key.split(".")[0] == "sweep":
+            fail(f"fixed.{key}", fixed[key], "a key outside sweep.*")
+    if sweep.get("num_samples", 1) < 1:
+        fail("num_samples", sweep.get("num_samples"), "an integer >= 1")
+    if sweep.get("mode") not in ("min", "max"):
+        fail("mode", sweep.get("mode"), "min or max")
+    if sweep.get("scheduler") not in (None, "asha"):
+        fail("scheduler", sweep.get("scheduler"), "null (run every trial to the end) or asha")
+    if sweep.get("grace_period", 1) < 1:
+        fail("grace_period", sweep.get("grace_period"), "an integer >= 1")
+    if sweep.get("reduction_factor", 2) < 2:
+        fail("reduction_factor", sweep.get("reduction_factor"), "an integer >= 2")
+    mct = sweep.get("max_concurrent_trials")
+    if mct is not None and mct < 1:
+        fail("max_concurrent_trials", mct, "null (from the cluster's resources) or an integer >= 1")
+    if sweep.get("num_samples", 1) > 1 and not sample and not any(is_seed_key(k) for k in grid):
+        fail("num_samples", sweep.get("num_samples"),
+             "1 when the sweep has no `sample` axes (repeat runs with a seed axis, e.g. grid.trainer.seed)")
+    if sweep.get("scheduler") == "asha" and str(sweep.get("metric", "")).startswith("eval/"):
+        fail("metric", sweep.get("metric"), "a per-step metric (e.g. loss) when scheduler is asha: eval/* is "
+             "measured only at the end of a run")
+    return True

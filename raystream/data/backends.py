@@ -1,0 +1,220 @@
+"""Decoders behind one small interface, so the rest of raystream.data never touches decord or PyAV directly.
+
+    reader = open_reader(path, decoder="decord" | "pyav", max_read_through=250)
+    reader.num_frames, reader.fps, reader.height, reader.width
+    reader.get(indices)   # ascending source-frame indices -> uint8 array (n, H, W, 3), RGB
+    reader.close()
+
+Readers are created per worker (never pickled or shared across processes) with one decoding thread each.
+Both backends return identical frames on H.264 test videos. `get` reads forward sequentially from the reader's
+position when the next index is close, and seeks only for backward jumps or large gaps, so callers that ask for
+contiguous chunks in order decode every frame once. Decoder failures come out as DataError naming the file.
+"""
+
+from __future__ import annotations
+
+import bisect
+from fractions import Fraction
+from typing import List, Sequence
+
+import numpy as np
+
+from raystream.data.errors import DataError
+
+DECODERS = ("decord", "pyav")
+
+
+def open_reader(path: str, decoder: str = "decord", max_read_through: int = 250, reopen_frames: int = 0):
+    """A reader of `path` with `decoder`; raises DataError naming the file when it cannot be opened."""
+    if decoder == "decord":
+        return DecordReader(path, reopen_frames=reopen_frames)
+    if decoder == "pyav":
+        return PyAVReader(path, max_read_through=max_read_through)
+    raise DataError(f"data.decoder = {decoder!r}: expected one of {', '.join(DECODERS)}")
+
+
+def _decord_errors() -> tuple:
+    from decord._ffi.base import DECORDError, DECORDLimitReachedError
+
+    return (DECORDError, DECORDLimitReachedError, RuntimeError, IndexError, AssertionError)
+
+
+class DecordReader:
+    """decord.VideoReader with num_threads=1; `get` is one get_batch call (decord skips forward within a GOP).
+
+    decord 0.6 fault, measured (benchmarks/stream_decode.py): its peak memory grows with the length of the video
+    read (every frame it returns pushes at least one packet into its decoder thread, and frames decoded ahead are
+    never drained). With `reopen_frames` > 0 the reader is reopened after that many frames, exactly at a keyframe
+    (nothing is decoded twice), which caps the pile-up but costs an index scan of the file per reopen; PyAV has
+    no such growth.
+    """
+
+    def __init__(self, path: str, reopen_frames: int = 0):
+        import decord
+
+        self._decord = decord
+        self.path = str(path)
+        self.reopen_frames = int(reopen_frames)
+        try:
+            self._open()
+            self.num_frames = len(self._vr)
+            self.fps = float(self._vr.get_avg_fps())
+            self._keys = [int(k) for k in self._vr.get_key_indices()] if self.num_frames > 0 else []
+            if self.num_frames > 0:
+                shape = self._vr[0].shape
+                self._vr.seek(0)
+                self.height, self.width = int(shape[0]), int(shape[1])
+            else:
+                self.height = self.width = 0
+        except _decord_errors() as exc:
+            raise DataError(f"{self.path}: decord cannot open it as a video: {_first_line(exc)}") from None
+
+    def _open(self) -> None:
+        self._vr = None
+        self._vr = self._decord.VideoReader(self.path, ctx=self._decord.cpu(0), num_threads=1)
+        self._advanced = 0  # frames the reader moved forward since it was opened
+        self._last = -1
+
+    def get(self, indices: Sequence[int]) -> np.ndarray:
+        indices = [int(i) for i in indices]
+        if self.reopen_frames and self._advanced >= self.reopen_frames and indices:
+            j = bisect.bisect_right(self._keys, max(self._last, 0))
+            if j < len(self._keys) and indices[-1] >= self._keys[j]:
+                key = self._keys[j]  # read up to the next keyframe, reopen, go on from the keyframe
+                head = [i for i in indices if i < key]
+                first = self._get(head) if head else None
+                try:
+                    self._open()
+                except _decord_errors() as exc:
+                    raise DataError(f"{self.path}: decord cannot reopen it: {_first_line(exc)}") from None
+                rest = self._get([i for i in indices if i >= key])
+                return rest if first is None else np.concatenate([first, rest])
+        return self._get(indices)
+
+    def _get(self, indices: List[int]) -> np.ndarray:
+        try:
+            out = self._vr.get_batch(indices).asnumpy()
+        except _decord_errors() as exc:
+            raise DataError(f"{self.path}: decord failed to decode frames {_span(indices)}: {_first_line(exc)}") from None
+        self._advanced += max(0, indices[-1] - self._last)
+        self._last = indices[-1]
+        return out
+
+    def close(self) -> None:
+        self._vr = None
+
+
+class PyAVReader:
+    """PyAV (FFmpeg) decoding with thread_count=1; frame indices follow presentation order from the first frame."""
+
+    def __init__(self, path: str, max_read_through: int = 250):
+        import av
+
+        self.path = str(path)
+        self.max_read_through = int(max_read_through)
+        try:
+            self._container = av.open(self.path)
+        except (av.FFmpegError, OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"{self.path}: PyAV cannot open it as a video: {_first_line(exc)}") from None
+        if not self._container.streams.video:
+            self._container.close()
+            raise DataError(f"{self.path}: has no video stream")
+        self._stream = self._container.streams.video[0]
+        self._stream.thread_type = "SLICE"
+        self._stream.codec_context.thread_count = 1
+        rate = self._stream.average_rate or self._stream.guessed_rate or Fraction(0)
+        self.fps = float(rate)
+        self._rate = Fraction(rate) if rate else None
+        self._tb = self._stream.time_base
+        self.height, self.width = int(self._stream.height), int(self._stream.width)
+        self.num_frames = int(self._stream.frames) or self._count_packets()
+        self._start_pts = None
+        self._iter = None
+        self._pos = 0  # index of the next frame the decoder yields
+        self._rewind()
+
+    def _count_packets(self) -> int:
+        import av
+
+        try:
+            n = sum(1 for p in self._container.demux(self._stream) if p.size)
+            self._container.close()  # reopen rather than seek: a stream with no packets cannot seek
+            self._container = av.open(self.path)
+            self._stream = self._container.streams.video[0]
+            self._stream.thread_type = "SLICE"
+            self._stream.codec_context.thread_count = 1
+        except av.FFmpegError as exc:
+            raise DataError(f"{self.path}: PyAV cannot demux it: {_first_line(exc)}") from None
+        return n
+
+    def _rewind(self) -> None:
+        if self._start_pts is not None:  # something was decoded already: go back to the start
+            self._container.seek(0, stream=self._stream)
+        self._iter = self._container.decode(self._stream)
+        self._pos = 0
+
+    def _index_of(self, frame) -> int:
+        if frame.pts is None or self._rate is None:
+            return -1
+        return int(round(float((frame.pts - self._start_pts) * self._tb * self._rate)))
+
+    def _next(self):
+        frame = next(self._iter)
+        if self._start_pts is None:
+            self._start_pts = frame.pts if frame.pts is not None else 0
+        idx = self._index_of(frame)
+        if idx >= 0:
+            self._pos = idx
+        self._pos += 1
+        return frame
+
+    def _seek_to(self, index: int) -> None:
+        """Position the decoder at or before `index` (keyframe seek), then decode forward in `get`."""
+        if self._start_pts is None or self._rate is None or index == 0:
+            self._rewind()
+            return
+        pts = self._start_pts + int(Fraction(index) / self._rate / self._tb)
+        self._container.seek(pts, stream=self._stream, backward=True, any_frame=False)
+        self._iter = self._container.decode(self._stream)
+        self._pos = -1  # unknown until the first frame is decoded
+
+    def get(self, indices: Sequence[int]) -> np.ndarray:
+        import av
+
+        indices = [int(i) for i in indices]
+        out: List[np.ndarray] = []
+        try:
+            for target in indices:
+                if target < self._pos or target - self._pos > self.max_read_through:
+                    self._seek_to(target)
+                while True:
+                    frame = self._next()
+                    idx = self._pos - 1
+                    if idx > target:  # the seek landed past the target: go back to the start of the stream
+                        self._rewind()
+                        continue
+                    if idx == target:
+                        out.append(frame.to_ndarray(format="rgb24"))
+                        break
+        except StopIteration:
+            raise DataError(f"{self.path}: PyAV ran out of frames before frame {target} "
+                            f"(container claims {self.num_frames})") from None
+        except av.FFmpegError as exc:
+            raise DataError(f"{self.path}: PyAV failed to decode frames {_span(indices)}: {_first_line(exc)}") from None
+        if not out:
+            return np.zeros((0, self.height, self.width, 3), dtype=np.uint8)
+        return np.stack(out)
+
+    def close(self) -> None:
+        if self._container is not None:
+            self._container.close()
+            self._container = None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _span(indices: Sequence[int]) -> str:
+    return f"[{indices[0]}..{indices[-1]}]" if indices else "[]"

@@ -1,0 +1,46 @@
+"""`raystream data inspect`: which source frames each global batch (or each rank's shard) holds, as JSON lines.
+
+    {"step": t, "clips": [{"video": "<path>", "frames": [i0, i1, ...]}, ...]}             # one per global batch
+    {"step": t, "rank": r, "clips": [...]}                                              # with --world-size W
+
+Clips of future prediction also carry `"target": [...]`. `--start-step S` prints what a stream restored at step S
+yields. Nothing is decoded: the videos are only probed (frame counts), then the order's arithmetic is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+from raystream.data.errors import DataError
+
+
+def _clip_json(ref) -> dict:
+    d = {"video": ref.video, "frames": list(ref.frames)}
+    if ref.target:
+        d["target"] = list(ref.target)
+    return d
+
+
+def main(cfg, batches: int = 3, start_step: int = 0, world_size: Optional[int] = None) -> int:
+    from raystream.data.stream import build_stream
+
+    try:
+        stream = build_stream(cfg.data, cfg.stream, rank=0, world_size=world_size or 1)
+        if not 0 <= start_step <= stream.num_steps:
+            raise DataError(f"--start-step {start_step} is outside the stream's {stream.num_steps} steps")
+    except DataError as exc:
+        print(f"raystream: {exc}", file=sys.stderr)
+        return 2
+    b = stream.batch_size // (world_size or 1)
+    for step in range(start_step, min(stream.num_steps, start_step + max(0, batches))):
+        if world_size is None:
+            refs = stream.clip_refs(step, range(stream.batch_size))
+            print(json.dumps({"step": step, "clips": [_clip_json(r) for _, _, r in refs]}))
+            continue
+        for rank in range(world_size):
+            refs = stream.clip_refs(step, range(rank * b, (rank + 1) * b))
+            print(json.dumps({"step": step, "rank": rank, "clips": [_clip_json(r) for _, _, r in refs]}))
+    stream.close()
+    return 0

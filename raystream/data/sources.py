@@ -1,0 +1,245 @@
+"""Which video files a config names (`data.videos`), and checking every one of them before a stream starts.
+
+`data.videos` is a list of paths, a directory (its video files, sorted by name) or a manifest (a text file with one
+path per line, or a CSV with a `path` column and optional `label`; relative paths are relative to the manifest).
+
+`probe_videos` opens each file with the configured decoder in a child process and decodes its first and last
+frames, so a missing, non-video, truncated/corrupt or empty file is reported by name before training; and a file
+that makes the decoder hang or abort costs at most `decode_timeout_s` and becomes an error, not a frozen sweep.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from raystream.data.errors import DataError
+
+VIDEO_EXTENSIONS = {".mp4", ".m4v", ".mov", ".mkv", ".avi", ".webm", ".mpg", ".mpeg", ".flv", ".wmv", ".ts"}
+MANIFEST_EXTENSIONS = {".txt", ".csv", ".lst", ".list"}
+
+
+@dataclass(frozen=True)
+class VideoEntry:
+    path: str
+    label: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    path: str
+    num_frames: int
+    fps: float
+    height: int
+    width: int
+    label: Optional[str] = None
+
+
+def resolve_videos(spec, key: str = "data.videos") -> List[VideoEntry]:
+    """The videos named by `spec` (list, directory or manifest), in stream order. Missing files are kept (probed
+    later, so `on_bad_video=skip` can skip them); a missing directory/manifest or an empty listing is a DataError."""
+    if spec is None:
+        raise DataError(f"`{key}` is empty: give a list of paths, a directory or a manifest file")
+    if isinstance(spec, (str, os.PathLike)):
+        p = Path(os.path.expanduser(str(spec)))
+        if p.is_dir():
+            entries = [VideoEntry(str(f)) for f in sorted(p.iterdir())
+                       if f.is_file() and f.suffix.lower() in VIDEO_EXTENSIONS]
+            if not entries:
+                raise DataError(f"`{key}` = {str(spec)!r}: the directory holds no video files "
+                                f"({', '.join(sorted(VIDEO_EXTENSIONS))})")
+            return entries
+        if p.suffix.lower() in MANIFEST_EXTENSIONS:
+            if not p.is_file():
+                raise DataError(f"`{key}` = {str(spec)!r}: manifest file not found")
+            return _read_manifest(p, key)
+        return [VideoEntry(str(p))]
+    entries = [VideoEntry(os.path.expanduser(str(s))) for s in spec]
+    if not entries:
+        raise DataError(f"`{key}` is an empty list")
+    return entries
+
+
+def _read_manifest(path: Path, key: str) -> List[VideoEntry]:
+    text = path.read_text()
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    if not lines:
+        raise DataError(f"`{key}` = {str(path)!r}: the manifest lists no videos")
+    base = path.parent
+    if path.suffix.lower() == ".csv" or "," in lines[0]:
+        rows = list(csv.DictReader(lines))
+        if not rows or "path" not in rows[0]:
+            raise DataError(f"{path}: a CSV manifest needs a `path` column (found {list(rows[0]) if rows else []})")
+        return [VideoEntry(str(base / r["path"].strip()), (r.get("label") or "").strip() or None) for r in rows]
+    return [VideoEntry(str(base / ln.strip())) for ln in lines]
+
+
+# ---------------------------------------------------------------------------------------------- probing
+
+_CACHE: Dict[tuple, Tuple[Optional[VideoInfo], Optional[str]]] = {}
+
+
+def _cache_key(path: str, decoder: str) -> Optional[tuple]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (os.path.realpath(path), st.st_size, st.st_mtime_ns, decoder)
+
+
+def probe_videos(entries: Sequence[VideoEntry], decoder: str, timeout_s: float,
+                 fps_override: Optional[float] = None) -> Tuple[List[VideoInfo], List[Tuple[str, str]]]:
+    """(good videos in order, [(path, problem)] for the bad ones). Results are cached per (file, size, mtime)."""
+    results: Dict[int, Tuple[Optional[VideoInfo], Optional[str]]] = {}
+    todo: List[int] = []
+    for i, e in enumerate(entries):
+        if not os.path.exists(e.path):
+            results[i] = (None, "file not found")
+        elif not os.path.isfile(e.path):
+            results[i] = (None, "not a regular file")
+        elif not os.access(e.path, os.R_OK):
+            results[i] = (None, "not readable (permission denied)")
+        elif os.path.getsize(e.path) == 0:
+            results[i] = (None, "empty file (0 bytes): not a video")
+        else:
+            key = _cache_key(e.path, decoder)
+            if key in _CACHE:
+                results[i] = _CACHE[key]
+            else:
+                todo.append(i)
+    for i, res in _probe_in_child([entries[i].path for i in todo], decoder, timeout_s).items():
+        results[todo[i]] = res
+        key = _cache_key(entries[todo[i]].path, decoder)
+        if key is not None:
+            _CACHE[key] = res
+    good: List[VideoInfo] = []
+    bad: List[Tuple[str, str]] = []
+    for i, e in enumerate(entries):
+        info, problem = results[i]
+        if problem is not None:
+            bad.append((e.path, problem))
+            continue
+        fps = float(fps_override) if fps_override else info.fps
+        if not fps or fps <= 0:
+            bad.append((e.path, "the container gives no frame rate: set data.fps"))
+            continue
+        good.append(VideoInfo(e.path, info.num_frames, fps, info.height, info.width, e.label))
+    return good, bad
+
+
+def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[int, tuple]:
+    """Probe `paths` in child processes; a hang past `timeout_s` or a crash marks that file bad and moves on."""
+    out: Dict[int, tuple] = {}
+    start = 0
+    while start < len(paths):
+        proc = subprocess.Popen([sys.executable, "-m", "raystream.data.sources", decoder],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        proc.stdin.write(json.dumps(paths[start:]))
+        proc.stdin.close()
+        lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+        current, started = start, False
+        while current < len(paths):
+            try:  # before the first file the child is still starting Python and importing the decoder
+                line = lines.get(timeout=timeout_s if started else timeout_s + 60.0)
+            except queue.Empty:
+                proc.kill()
+                proc.wait()
+                out[current] = (None, f"decoding did not finish within data.decode_timeout_s = {timeout_s}s "
+                                      "(a stuck decode: the file is likely corrupt)")
+                current += 1
+                break
+            if line is None:  # the child died (e.g. a native abort inside the decoder)
+                code = proc.wait()
+                out[current] = (None, f"the {decoder} decoder crashed on it (exit code {code}): corrupt file")
+                current += 1
+                break
+            msg = json.loads(line)
+            if "started" in msg:
+                current, started = start + msg["started"], True
+                continue
+            i = start + msg["i"]
+            if msg.get("error"):
+                out[i] = (None, msg["error"])
+            else:
+                out[i] = (VideoInfo(paths[i], msg["num_frames"], msg["fps"], msg["height"], msg["width"]), None)
+            current = i + 1
+        else:
+            proc.wait()
+        start = current
+    return out
+
+
+def _pump(stream, lines: "queue.Queue[Optional[str]]") -> None:
+    for line in stream:
+        if line.strip():
+            lines.put(line)
+    lines.put(None)
+
+
+def _probe_one(path: str, decoder: str) -> dict:
+    """Open `path`, decode its first and last frames; a dict with the facts or an `error`.
+
+    The container is read with PyAV first (its FFmpeg messages say what is wrong: no video stream, zero frames,
+    invalid data), then the configured decoder must open it and decode its first and last frames.
+    """
+    from raystream.data.backends import open_reader
+
+    try:
+        facts = open_reader(path, "pyav")
+        count = facts.num_frames
+        facts.close()
+        if count <= 0:
+            return {"error": "has zero frames"}
+        reader = open_reader(path, decoder, max_read_through=1 << 30)
+    except DataError as exc:
+        return {"error": _strip_path(str(exc), path)}
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a property of this file, reported by name
+        return {"error": f"unreadable: {type(exc).__name__}: {exc}"}
+    try:
+        n = reader.num_frames
+        if n <= 0:
+            return {"error": "has zero frames"}
+        if reader.height <= 0 or reader.width <= 0:
+            return {"error": f"unreadable video stream ({reader.width}x{reader.height} frames)"}
+        reader.get([0])
+        try:
+            last = reader.get([n - 1])
+        except DataError as exc:
+            return {"error": f"truncated or corrupt: the container claims {n} frames but frame {n - 1} "
+                             f"does not decode ({_strip_path(str(exc), path)})"}
+        if last.shape[0] != 1:
+            return {"error": f"truncated or corrupt: frame {n - 1} of the claimed {n} does not decode"}
+        return {"num_frames": n, "fps": reader.fps, "height": reader.height, "width": reader.width}
+    except DataError as exc:  # PyAV read the container, the configured decoder cannot
+        hint = " (FFmpeg reads the container: data.decoder=pyav may decode it)" if decoder != "pyav" else ""
+        return {"error": f"unreadable by {decoder}: {_strip_path(str(exc), path)}{hint}"}
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a property of this file, reported by name
+        return {"error": f"unreadable: {type(exc).__name__}: {exc}"}
+    finally:
+        reader.close()
+
+
+def _strip_path(message: str, path: str) -> str:
+    return message[len(path) + 2:] if message.startswith(path + ": ") else message
+
+
+def _child_main() -> None:
+    decoder = sys.argv[1]
+    __import__("decord" if decoder == "decord" else "av")  # import before the first file's clock starts
+    paths = json.loads(sys.stdin.read())
+    for i, path in enumerate(paths):
+        print(json.dumps({"started": i}), flush=True)
+        print(json.dumps({"i": i, **_probe_one(path, decoder)}), flush=True)
+
+
+if __name__ == "__main__":
+    _child_main()

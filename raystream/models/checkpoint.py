@@ -1,0 +1,133 @@
+"""Initialise a scenario's model from a local state dict or from an earlier raystream run. No downloads.
+
+`scenario.backbone.init` is one of:
+- `random`: keep the seeded random initialisation;
+- a `.safetensors` file (read with safetensors) or any other file (`torch.load(weights_only=True)`: tensors and
+  plain containers only, never arbitrary pickled objects);
+- a directory: a Ray checkpoint holding `model.pt` / `model.safetensors` (what the train loop saves), or a run
+  directory holding such checkpoints (the latest `checkpoint_*` is used). A `run:` prefix is accepted and ignored.
+
+The state dict may be the whole scenario model (restored exactly) or just a backbone: keys `encoder.*` of a
+scenario checkpoint, or bare ViT keys (e.g. a DINO/DoRA ViT for the image backbone). `module.` (DDP) and
+`_orig_mod.` (torch.compile) prefixes are stripped; `{"model": state_dict}` / `{"state_dict": ...}` wrappers are
+unwrapped. Anything else fails with a CheckpointError naming the file and what was expected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Optional, Union
+
+import torch
+from torch import nn
+
+MODEL_FILES = ("model.pt", "model.safetensors")
+_WRAPPERS = ("model", "state_dict", "model_state_dict", "module")
+_PREFIXES = ("module.", "_orig_mod.")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be found, read or applied; the message names the file."""
+
+
+def resolve_checkpoint(init: Union[str, Path]) -> Path:
+    """The state-dict file that `init` (a file, a checkpoint directory or a run directory) names."""
+    path = Path(str(init).removeprefix("run:")).expanduser()
+    if not path.exists():
+        raise CheckpointError(f"scenario.backbone.init = {str(init)!r}: no such file or directory")
+    if path.is_file():
+        return path
+    for name in MODEL_FILES:
+        if (path / name).is_file():
+            return path / name
+    found = sorted(p for name in MODEL_FILES for p in path.rglob(name))
+    if not found:
+        raise CheckpointError(f"scenario.backbone.init = {str(init)!r}: directory holds no {' or '.join(MODEL_FILES)} "
+                              "(expected a raystream checkpoint or run directory)")
+    runs = sorted({p.parent.parent for p in found})
+    if len(runs) > 1:
+        raise CheckpointError(f"scenario.backbone.init = {str(init)!r}: checkpoints of {len(runs)} runs found "
+                              f"({', '.join(str(r) for r in runs[:4])}); name one checkpoint directory")
+    return max(found, key=lambda p: p.parent.name)  # checkpoint_000123: zero-padded, latest sorts last
+
+
+def _strip(key: str) -> str:
+    changed = True
+    while changed:
+        changed = False
+        for prefix in _PREFIXES:
+            if key.startswith(prefix):
+                key, changed = key[len(prefix):], True
+    return key
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    if "Weights only load failed" in text:
+        detail = next((line.strip() for line in text.splitlines() if "Unsupported global" in line), "")
+        detail = detail.split(" was not")[0].replace("WeightsUnpickler error: ", "")
+        return ("not a file of tensors that torch.load(weights_only=True) accepts: corrupt, truncated or holding "
+                "pickled Python objects" + (f" ({detail})" if detail else ""))
+    return f"{type(exc).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}"
+
+
+def load_state_dict_file(path: Union[str, Path]) -> Dict[str, torch.Tensor]:
+    """Read a state dict from `path` safely (safetensors, or torch.load with weights_only=True)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            obj = load_file(str(path), device="cpu")
+        else:
+            obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # corrupt file, truncated zip, a pickled object weights_only refuses, ...
+        raise CheckpointError(f"cannot read checkpoint {path}: {_reason(exc)}. Expected a state dict saved with "
+                              "torch.save(model.state_dict()) or a .safetensors file (raystream never unpickles "
+                              "arbitrary objects)") from None
+    for _ in range(2):
+        if isinstance(obj, dict) and not any(isinstance(v, torch.Tensor) for v in obj.values()):
+            inner = next((obj[k] for k in _WRAPPERS if isinstance(obj.get(k), dict)), None)
+            if inner is None:
+                break
+            obj = inner
+    if not isinstance(obj, dict) or not obj or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(f"checkpoint {path} holds a {type(obj).__name__}, not a state dict of tensors "
+                              "(expected a mapping of parameter names to tensors)")
+    return {_strip(str(k)): v for k, v in obj.items()}
+
+
+def _load_into(module: nn.Module, state: Dict[str, torch.Tensor], path: Path, what: str) -> None:
+    own = module.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {path} does not fit the {what}: missing keys {missing[:5]}"
+                              f"{' ...' if len(missing) > 5 else ''}, unexpected keys {unexpected[:5]}"
+                              f"{' ...' if len(unexpected) > 5 else ''} (check scenario.backbone.preset/patch_size)")
+    bad = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
+           for k in own if state[k].shape != own[k].shape]
+    if bad:
+        raise CheckpointError(f"checkpoint {path} has tensors of the wrong shape for the {what}: {bad[:5]}")
+    module.load_state_dict(state)
+
+
+def initialise(model: nn.Module, init: Optional[str], encoder: Optional[nn.Module] = None) -> Optional[Path]:
+    """Apply `init` to `model` (whole-model state dict) or to its `encoder` (backbone state dict).
+
+    Returns the file used, or None for random initialisation.
+    """
+    if init is None or str(init) in ("", "random"):
+        return None
+    path = resolve_checkpoint(init)
+    state = load_state_dict_file(path)
+    if set(state) == set(model.state_dict()):
+        _load_into(model, state, path, "model")
+        return path
+    encoder = encoder if encoder is not None else getattr(model, "encoder", None)
+    if encoder is None:
+        _load_into(model, state, path, "model")
+        return path
+    sub = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+    _load_into(encoder, sub or state, path, "backbone")
+    return path

@@ -1,0 +1,68 @@
+"""The light MAE-style decoder shared by VideoMAE and future prediction.
+
+It projects the encoder's tokens to its own width, adds fixed sinusoidal positions, appends one learned mask token
+per position to predict (with that position's sinusoid), runs a few transformer blocks, and maps each queried
+token to the pixels of its tubelet patch. VideoMAE queries the masked tokens of the clip; future prediction queries
+every token of the frames that follow.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+import torch
+from torch import nn
+
+from raystream.models.scenario import seeded, weight_seed
+from raystream.models.vit import Block, VisionTransformer, build_vit, init_weights, sinusoid_table
+
+
+class PixelDecoder(nn.Module):
+    def __init__(self, in_dim: int, dim: int, depth: int, num_heads: int, out_dim: int, mlp_ratio: float = 4.0):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"scenario.decoder_dim = {dim} is not divisible by scenario.decoder_heads = {num_heads}")
+        self.dim = dim
+        self.embed = nn.Linear(in_dim, dim)
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.blocks = nn.ModuleList(Block(dim, num_heads, mlp_ratio) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, out_dim)
+        init_weights(self)
+        nn.init.trunc_normal_(self.mask_token, std=0.02)
+
+    def forward(self, tokens: torch.Tensor, known: torch.Tensor, query: torch.Tensor, total: int) -> torch.Tensor:
+        """Predict the patches at positions `query` from encoder `tokens` at positions `known`.
+
+        tokens: (B, Nk, in_dim); known: (B, Nk) and query: (B, Nq) long positions in [0, total).
+        Returns (B, Nq, out_dim).
+        """
+        b, nq = query.shape
+        x = self.embed(tokens)
+        pos = sinusoid_table(total, self.dim, x.device, x.dtype).expand(b, -1, -1)
+        x = x + torch.gather(pos, 1, known.unsqueeze(-1).expand(-1, -1, self.dim))
+        q = self.mask_token.to(x.dtype) + torch.gather(pos, 1, query.unsqueeze(-1).expand(-1, -1, self.dim))
+        x = torch.cat([x, q.expand(b, -1, -1)], dim=1)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x[:, -nq:]))
+
+
+def build_decoder(scenario_cfg: Any, encoder: VisionTransformer, out_dim: int) -> PixelDecoder:
+    """The decoder of `scenario.decoder_{dim,depth,heads}`; width and heads default to half the encoder's
+    (VideoMAE: 192/3 for ViT-S, 384/6 for ViT-B, 512/8 for ViT-L)."""
+    dim = getattr(scenario_cfg, "decoder_dim", None) or encoder.embed_dim // 2
+    heads = getattr(scenario_cfg, "decoder_heads", None) or max(1, encoder.num_heads // 2)
+    depth = int(getattr(scenario_cfg, "decoder_depth", 4))
+    if depth < 1:
+        raise ValueError(f"scenario.decoder_depth = {depth}: expected an integer >= 1")
+    return PixelDecoder(encoder.embed_dim, int(dim), depth, int(heads), out_dim)
+
+
+def build_encoder_decoder(scenario_cfg: Any, stream_cfg: Any, seed: int) -> Tuple[VisionTransformer, PixelDecoder]:
+    """The seeded video encoder for the stream's clips and a decoder predicting tubelet pixels."""
+    with seeded(weight_seed(scenario_cfg, seed)):
+        encoder = build_vit(scenario_cfg.backbone, img_size=int(stream_cfg.resolution),
+                            num_frames=int(stream_cfg.frames_per_clip))
+        out_dim = encoder.tubelet_size * encoder.patch_size ** 2 * encoder.patch_embed.proj.in_channels
+        return encoder, build_decoder(scenario_cfg, encoder, out_dim)

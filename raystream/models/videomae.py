@@ -1,0 +1,79 @@
+"""VideoMAE (Tong et al. 2022) as the paper's section 4.2 scenario: masked tube reconstruction on video clips.
+
+Tubelet tokens (2 frames x patch^2) with fixed sinusoidal positions; tube masking at ratio 0.9 (see masking.py for
+the per_sample / per_batch / fixed modes and their seeding); the encoder sees the visible tokens only; a light
+decoder predicts the pixels of the masked tokens; the target is each tubelet patch normalised by its own mean and
+std; the loss is the MSE on masked tokens. Probes read the mean of the encoder's tokens on the unmasked clip.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from raystream.models.checkpoint import initialise
+from raystream.models.decoder import PixelDecoder, build_encoder_decoder
+from raystream.models.masking import tube_masks
+from raystream.models.pixels import as_float, normalize_input, patch_target
+from raystream.models.scenario import Scenario, register_scenario
+from raystream.models.vit import VisionTransformer
+
+
+def batch_index(batch: Dict[str, Any], size: int) -> torch.Tensor:
+    """The global positions of a batch's samples (`index`), 0..size-1 when the batch does not say."""
+    index = batch.get("index")
+    return torch.arange(size) if index is None else torch.as_tensor(index)
+
+
+class VideoMAE(nn.Module):
+    """forward(batch_dict) -> {'loss'}; encode(clips) -> (pooled features, tokens) without masking."""
+
+    def __init__(self, encoder: VisionTransformer, decoder: PixelDecoder, *, mask_ratio: float = 0.9,
+                 mask_mode: str = "per_sample", norm_pix_loss: bool = True, seed: int = 0):
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+        self.mask_ratio, self.mask_mode, self.norm_pix_loss, self.seed = mask_ratio, mask_mode, norm_pix_loss, seed
+
+    def masks(self, frames: torch.Tensor, step: int, index: torch.Tensor) -> torch.Tensor:
+        """(B, N) bool tube masks, True = masked, seeded from (seed, step, index)."""
+        _, t, _, h, w = frames.shape
+        p, tub = self.encoder.patch_size, self.encoder.tubelet_size
+        grid = (t // tub, h // p, w // p)
+        return tube_masks(grid, self.mask_ratio, self.mask_mode, seed=self.seed, step=step,
+                          index=index).to(frames.device)
+
+    def forward(self, batch: Dict[str, Any]) -> Dict[str, torch.Tensor]:
+        frames = as_float(batch["frames"])
+        b = frames.shape[0]
+        mask = self.masks(frames, int(batch.get("step", 0) or 0), batch_index(batch, b))
+        tokens = self.encoder(normalize_input(frames), mask=mask)
+        n = mask.shape[1]
+        positions = torch.arange(n, device=frames.device).expand(b, n)
+        pred = self.decoder(tokens, positions[~mask].reshape(b, -1), positions[mask].reshape(b, -1), n)
+        target = patch_target(frames, self.encoder.patch_size, self.encoder.tubelet_size, self.norm_pix_loss)
+        target = target[mask].reshape(b, -1, target.shape[-1])
+        return {"loss": F.mse_loss(pred.float(), target)}
+
+    def encode(self, clips: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        tokens = self.encoder(normalize_input(as_float(clips)))
+        return self.encoder.pool(tokens), tokens
+
+
+class VideoMAEScenario(Scenario):
+    name = "videomae"
+    needs = frozenset({"probe"})
+
+
+@register_scenario("videomae")
+def build_videomae(scenario_cfg: Any, stream_cfg: Any, seed: int = 0) -> VideoMAEScenario:
+    """A VideoMAE for clips of `stream.frames_per_clip` frames at `stream.resolution` pixels."""
+    frames, res = int(stream_cfg.frames_per_clip), int(stream_cfg.resolution)
+    encoder, decoder = build_encoder_decoder(scenario_cfg, stream_cfg, seed)
+    model = VideoMAE(encoder, decoder, mask_ratio=float(scenario_cfg.mask.ratio), mask_mode=str(scenario_cfg.mask.mode),
+                     norm_pix_loss=bool(getattr(scenario_cfg, "norm_pix_loss", True)), seed=seed)
+    model.masks(torch.empty(1, frames, 1, res, res, device="meta"), 0, [0])  # fail early on a bad mask
+    initialise(model, getattr(scenario_cfg.backbone, "init", "random"))
+    return VideoMAEScenario(model, seed)

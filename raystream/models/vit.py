@@ -1,0 +1,237 @@
+"""The Vision Transformer backbone shared by every scenario, for image frames and for video tubelets.
+
+Parameter names follow timm / DINO (`patch_embed.proj`, `cls_token`, `pos_embed`, `blocks.N.attn.qkv`, ...), so an
+image ViT of this file loads a DINO/DoRA backbone state dict as is.
+
+Two token layouts:
+- image (`num_frames == 1` and `tubelet_size == 1`): input (B, C, H, W), a [CLS] token and learned positions
+  (DINO), interpolated when the image size differs from `img_size` (DoRA's local crops);
+- video (otherwise): input (B, T, C, H, W), tubelets of `tubelet_size` frames x `patch_size`^2 pixels embedded by a
+  Conv3d, no [CLS], fixed 1-D sinusoidal positions over the flattened (t, h, w) token index (VideoMAE).
+
+`forward(x, mask=None)` returns the normalised tokens; with `mask` (B, N) bool, True = masked, the encoder runs on the
+visible tokens only (every sample must keep the same number). `features(x)` is the pooled vector the probes read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ViTShape:
+    patch_size: int
+    embed_dim: int
+    depth: int
+    num_heads: int
+    mlp_ratio: float = 4.0
+
+
+# tiny is the CPU preset of tests and the demo; small/base/large are ViT-S/16, ViT-B/16, ViT-L/16.
+PRESETS: Dict[str, ViTShape] = {
+    "tiny": ViTShape(patch_size=8, embed_dim=96, depth=3, num_heads=3),
+    "small": ViTShape(patch_size=16, embed_dim=384, depth=12, num_heads=6),
+    "base": ViTShape(patch_size=16, embed_dim=768, depth=12, num_heads=12),
+    "large": ViTShape(patch_size=16, embed_dim=1024, depth=24, num_heads=16),
+}
+
+
+def preset_shape(backbone_cfg: Any) -> ViTShape:
+    """The preset named by `backbone_cfg.preset` with any of patch_size/embed_dim/depth/num_heads overridden."""
+    name = backbone_cfg.preset
+    if name not in PRESETS:
+        raise ValueError(f"scenario.backbone.preset = {name!r}: expected one of {sorted(PRESETS)}")
+    base = PRESETS[name]
+    fields = {k: getattr(backbone_cfg, k, None) for k in ("patch_size", "embed_dim", "depth", "num_heads")}
+    shape = ViTShape(**{k: (v if v is not None else getattr(base, k)) for k, v in fields.items()},
+                     mlp_ratio=base.mlp_ratio)
+    if shape.embed_dim % shape.num_heads != 0:
+        raise ValueError(f"scenario.backbone.embed_dim = {shape.embed_dim} is not divisible by "
+                         f"scenario.backbone.num_heads = {shape.num_heads}")
+    return shape
+
+
+def sinusoid_table(n: int, dim: int, device: Any = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """VideoMAE's fixed 1-D sinusoidal position table, (1, n, dim): sin on even channels, cos on odd ones."""
+    pos = torch.arange(n, dtype=torch.float64).unsqueeze(1)
+    i = torch.arange(dim, dtype=torch.float64).unsqueeze(0)
+    angle = pos / torch.pow(10000.0, 2 * torch.div(i, 2, rounding_mode="floor") / dim)
+    table = torch.where(i.long() % 2 == 0, torch.sin(angle), torch.cos(angle))
+    return table.to(device=device, dtype=dtype).unsqueeze(0)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
+        x = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(x.transpose(1, 2).reshape(b, n, d))
+
+
+class Mlp(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block (timm naming)."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = Attention(dim, num_heads)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, int(dim * mlp_ratio))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class PatchEmbed(nn.Module):
+    """Non-overlapping patches (image, Conv2d) or tubelets (video, Conv3d) projected to `embed_dim`."""
+
+    def __init__(self, patch_size: int, tubelet_size: int, in_chans: int, embed_dim: int, video: bool):
+        super().__init__()
+        self.video = video
+        if video:
+            self.proj = nn.Conv3d(in_chans, embed_dim, (tubelet_size, patch_size, patch_size),
+                                  stride=(tubelet_size, patch_size, patch_size))
+        else:
+            self.proj = nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, ...]]:
+        if self.video:
+            x = self.proj(x.transpose(1, 2))  # (B, T, C, H, W) -> (B, D, T', H', W')
+        else:
+            x = self.proj(x)  # (B, D, H', W')
+        grid = tuple(x.shape[2:])
+        return x.flatten(2).transpose(1, 2), grid
+
+
+class VisionTransformer(nn.Module):
+    """A ViT encoder over images or videos; see the module docstring for the two layouts."""
+
+    def __init__(self, *, img_size: int = 224, patch_size: int = 16, in_chans: int = 3, embed_dim: int = 768,
+                 depth: int = 12, num_heads: int = 12, mlp_ratio: float = 4.0, num_frames: int = 1,
+                 tubelet_size: int = 1):
+        super().__init__()
+        self.video = num_frames > 1 or tubelet_size > 1
+        if img_size % patch_size:
+            raise ValueError(f"image size {img_size} is not divisible by the patch size {patch_size}")
+        if self.video and num_frames % tubelet_size:
+            raise ValueError(f"{num_frames} frames are not divisible by the tubelet size {tubelet_size}")
+        self.img_size, self.patch_size, self.tubelet_size = img_size, patch_size, tubelet_size
+        self.num_frames, self.embed_dim, self.num_heads = num_frames, embed_dim, num_heads
+        self.patch_embed = PatchEmbed(patch_size, tubelet_size, in_chans, embed_dim, self.video)
+        grid = img_size // patch_size
+        if self.video:
+            self.cls_token = None
+            self.pos_embed = None  # fixed sinusoid, computed for the input's token count
+        else:
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+            self.pos_embed = nn.Parameter(torch.zeros(1, 1 + grid * grid, embed_dim))
+        self.blocks = nn.ModuleList(Block(embed_dim, num_heads, mlp_ratio) for _ in range(depth))
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        init_weights(self)
+        if not self.video:
+            nn.init.trunc_normal_(self.cls_token, std=0.02)
+            nn.init.trunc_normal_(self.pos_embed, std=0.02)
+
+    def num_tokens(self, frames: int, height: int, width: int) -> int:
+        """Patch/tubelet tokens of an input (no [CLS])."""
+        t = frames // self.tubelet_size if self.video else 1
+        return t * (height // self.patch_size) * (width // self.patch_size)
+
+    def _learned_pos(self, grid: Tuple[int, ...]) -> torch.Tensor:
+        """DINO's learned positions, bicubically interpolated when the patch grid differs from the trained one."""
+        n0 = self.pos_embed.shape[1] - 1
+        h, w = grid
+        if h * w == n0 and h == w:
+            return self.pos_embed
+        side = int(math.sqrt(n0))
+        patch_pos = self.pos_embed[:, 1:].reshape(1, side, side, -1).permute(0, 3, 1, 2)
+        patch_pos = F.interpolate(patch_pos, size=(h, w), mode="bicubic", align_corners=False)
+        return torch.cat([self.pos_embed[:, :1], patch_pos.flatten(2).transpose(1, 2)], dim=1)
+
+    def prepare_tokens(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Embedded tokens with positions (and [CLS] for images); masked tokens (mask True) removed."""
+        tokens, grid = self.patch_embed(x)
+        b, n, d = tokens.shape
+        if self.video:
+            tokens = tokens + sinusoid_table(n, d, tokens.device, tokens.dtype)
+        else:
+            pos = self._learned_pos(grid).to(tokens.dtype)
+            tokens = tokens + pos[:, 1:]
+        if mask is not None:
+            if mask.shape != (b, n):
+                raise ValueError(f"mask has shape {tuple(mask.shape)}, expected {(b, n)} (batch, tokens)")
+            tokens = tokens[~mask].reshape(b, -1, d)
+        if not self.video:
+            cls = (self.cls_token + pos[:, :1]).expand(b, -1, -1)
+            tokens = torch.cat([cls, tokens], dim=1)
+        return tokens
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Normalised output tokens, (B, [1 +] N_visible, D)."""
+        x = self.prepare_tokens(x, mask)
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+    def pool(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The feature vector of a clip/image: [CLS] output for images, mean of the tokens for video."""
+        return tokens.mean(dim=1) if self.video else tokens[:, 0]
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(self(x))
+
+
+def init_weights(module: nn.Module) -> None:
+    """MAE/VideoMAE initialisation: xavier-uniform linear and patch projections, zero biases, unit LayerNorms."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, (nn.Conv2d, nn.Conv3d)):
+            nn.init.xavier_uniform_(m.weight.view(m.weight.shape[0], -1))
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+def build_vit(backbone_cfg: Any, *, img_size: int, num_frames: int, in_chans: int = 3) -> VisionTransformer:
+    """The backbone named by `scenario.backbone` for inputs of `num_frames` x `img_size`^2 pixels."""
+    shape = preset_shape(backbone_cfg)
+    tubelet = int(getattr(backbone_cfg, "tubelet_size", 1))
+    in_chans = int(getattr(backbone_cfg, "in_chans", in_chans))
+    if img_size % shape.patch_size:
+        raise ValueError(f"stream.resolution = {img_size} is not divisible by the patch size {shape.patch_size} "
+                         f"(scenario.backbone.patch_size / preset {backbone_cfg.preset!r})")
+    if tubelet > 1 and num_frames % tubelet:
+        raise ValueError(f"{num_frames} frames per clip are not divisible by scenario.backbone.tubelet_size = "
+                         f"{tubelet}")
+    return VisionTransformer(img_size=img_size, patch_size=shape.patch_size, in_chans=in_chans,
+                             embed_dim=shape.embed_dim, depth=shape.depth, num_heads=shape.num_heads,
+                             mlp_ratio=shape.mlp_ratio, num_frames=num_frames, tubelet_size=tubelet)

@@ -1,0 +1,110 @@
+"""The AdamW update (Adam moments on a given gradient, decoupled weight decay) as plain functions on tensor lists.
+
+Shared by OrthogonalAdamW (fed the projected gradient u_t) and SlowerAdamW (fed g_t with a scaled learning rate).
+The maths is torch.optim.AdamW's, so `Orthogonal(torch.optim.AdamW(...))` and `OrthogonalAdamW` take the same
+steps (to rounding). Three implementations that tests keep in agreement: `adamw_single` (one tensor at a time: the
+readable reference), `adamw_foreach` (torch._foreach_ multi-tensor ops) and `adamw_fused` (torch's fused
+multi-tensor kernel, one pass and no temporaries: the default wherever torch supports it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+
+
+def fused_supported(params: List[Tensor]) -> bool:
+    """Whether torch's fused AdamW kernel (torch._fused_adamw_) runs on every parameter's device and dtype."""
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    devices = _get_fused_kernels_supported_devices()
+    return all(p.device.type in devices and torch.is_floating_point(p) for p in params)
+
+
+def init_adamw_state(state: dict, p: Tensor, fused: bool = False) -> None:
+    """torch.optim.AdamW's per-parameter state: a float32 step counter (on the parameter's device for the fused
+    kernel, else on the CPU) and two moments shaped like p."""
+    if "step" not in state:
+        state["step"] = torch.tensor(0.0, dtype=torch.float32, device=p.device if fused else "cpu")
+        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+def adamw_single(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
+                 steps: List[Tensor], *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
+                 maximize: bool, scratch: bool = False) -> None:
+    """Reference path, one tensor at a time (`scratch` is accepted for symmetry and ignored).
+
+    theta <- theta (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps), computed as the Adam paper's equivalent
+    theta <- theta (1 - lr wd) - (lr sqrt(1 - b2^t) / (1 - b1^t)) m / (sqrt(v) + eps sqrt(1 - b2^t)),
+    which saves a pass over v.
+    """
+    for p, g, m, v, step in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
+        if maximize:
+            g = -g
+        step += 1
+        t = step.item()
+        if weight_decay != 0:
+            p.mul_(1 - lr * weight_decay)
+        m.lerp_(g, 1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        bc2_sqrt = math.sqrt(1 - beta2 ** t)
+        denom = v.sqrt().add_(eps * bc2_sqrt)
+        p.addcdiv_(m, denom, value=-lr * bc2_sqrt / (1 - beta1 ** t))
+
+
+def adamw_foreach(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
+                  steps: List[Tensor], *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
+                  maximize: bool, scratch: bool = False) -> None:
+    """Fast path: the same update with multi-tensor ops, per (device, dtype) bucket.
+
+    `scratch=True` says the caller owns `grads` (e.g. the freshly projected u_t): they are negated in place for
+    `maximize` and reused as the sqrt(v) workspace, so the step allocates nothing (CPU: no page faults) and its
+    peak memory is that of torch's foreach AdamW.
+    """
+    if not params:
+        return
+    buckets = Optimizer._group_tensors_by_device_and_dtype([params, grads, exp_avgs, exp_avg_sqs, steps])
+    for (d_params, d_grads, d_m, d_v, d_steps), _ in buckets.values():
+        if maximize:
+            if scratch:
+                torch._foreach_neg_(d_grads)
+            else:
+                d_grads = torch._foreach_neg(d_grads)
+        torch._foreach_add_(d_steps, 1.0)
+        if weight_decay != 0:
+            torch._foreach_mul_(d_params, 1 - lr * weight_decay)
+        torch._foreach_lerp_(d_m, d_grads, 1 - beta1)
+        torch._foreach_mul_(d_v, beta2)
+        torch._foreach_addcmul_(d_v, d_grads, d_grads, 1 - beta2)
+        if scratch and d_v[0].device.type == "cpu":  # CPU foreach is a loop anyway: skip the copy pass
+            denom = [torch.sqrt(v, out=w) for v, w in zip(d_v, d_grads)]
+        elif scratch:
+            denom = d_grads
+            torch._foreach_copy_(denom, d_v)
+            torch._foreach_sqrt_(denom)
+        else:
+            denom = torch._foreach_sqrt(d_v)
+        del d_grads
+        ts = [s.item() for s in d_steps]
+        bc2_sqrt = [math.sqrt(1 - beta2 ** t) for t in ts]
+        torch._foreach_add_(denom, [eps * b for b in bc2_sqrt])
+        torch._foreach_addcdiv_(d_params, d_m, denom, [-lr * b / (1 - beta1 ** t) for b, t in zip(bc2_sqrt, ts)])
+
+
+def adamw_fused(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
+                steps: List[Tensor], *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
+                maximize: bool, scratch: bool = False) -> None:
+    """torch's fused multi-tensor AdamW kernel (what torch.optim.AdamW(fused=True) runs): one pass over p, g, m, v
+    per step, no temporaries. It does not write into `grads` (no grad_scale is passed)."""
+    if not params:
+        return
+    buckets = Optimizer._group_tensors_by_device_and_dtype([params, grads, exp_avgs, exp_avg_sqs, steps])
+    for (d_params, d_grads, d_m, d_v, d_steps), _ in buckets.values():
+        torch._foreach_add_(d_steps, 1)
+        torch._fused_adamw_(d_params, d_grads, d_m, d_v, [], d_steps, lr=lr, beta1=beta1, beta2=beta2,
+                            weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=maximize)

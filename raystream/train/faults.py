@@ -1,0 +1,52 @@
+"""Test hooks that make a run fail or slow down on purpose. Read on the driver by `fit`, handed to the workers.
+
+    RAYSTREAM_FAIL_AT_STEP=k      the worker of rank RAYSTREAM_FAIL_RANK (default 0) raises FaultInjected just
+                                  before training step k, once per run: a marker file records that it fired, so
+                                  the restarted worker (and a re-run of the same run name) goes past step k.
+    RAYSTREAM_FAIL_MARKER=path    the marker file (default: `.fault_injected_step<k>` in the run directory when
+                                  it is local, else in the system temp dir).
+    RAYSTREAM_STEP_DELAY_S=s      every worker sleeps s seconds per step (to kill a driver mid-run in a test).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+
+class FaultInjected(RuntimeError):
+    """Raised by the fault-injection hook; Ray Train treats it like any worker failure and restarts."""
+
+
+def from_env(run_dir_local: Optional[str], run_name: str) -> Dict[str, Any]:
+    """The hooks set in this (driver) process's environment, as plain data for the workers."""
+    hooks: Dict[str, Any] = {}
+    if os.environ.get("RAYSTREAM_FAIL_AT_STEP"):
+        step = int(os.environ["RAYSTREAM_FAIL_AT_STEP"])
+        marker = os.environ.get("RAYSTREAM_FAIL_MARKER")
+        if not marker:
+            base = Path(run_dir_local) if run_dir_local else Path(tempfile.gettempdir()) / f"raystream-{run_name}"
+            marker = str(base / f".fault_injected_step{step}")
+        hooks.update(fail_at_step=step, fail_rank=int(os.environ.get("RAYSTREAM_FAIL_RANK", "0")), fail_marker=marker)
+    if os.environ.get("RAYSTREAM_STEP_DELAY_S"):
+        hooks["step_delay_s"] = float(os.environ["RAYSTREAM_STEP_DELAY_S"])
+    return hooks
+
+
+def before_step(hooks: Dict[str, Any], step: int, rank: int) -> None:
+    """Apply the hooks before training step `step` on worker `rank`."""
+    if hooks.get("step_delay_s"):
+        time.sleep(hooks["step_delay_s"])
+    if hooks.get("fail_at_step") != step or hooks.get("fail_rank", 0) != rank:
+        return
+    marker = Path(hooks["fail_marker"])
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        with open(marker, "x") as f:  # atomic: only the first attempt to reach step k creates it
+            f.write(f"fault injected before step {step} on rank {rank}\n")
+    except FileExistsError:
+        return
+    raise FaultInjected(f"RAYSTREAM_FAIL_AT_STEP={step}: injected failure on rank {rank} (marker {marker})")

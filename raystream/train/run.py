@@ -1,0 +1,214 @@
+"""One raystream run as a Ray Train job: `raystream train <overrides>` calls `main(cfg)`; a Tune trial calls `fit`.
+
+`fit(cfg)` on the driver:
+ 1. checks the config and the videos (`preflight`), starts or joins Ray (`RAY_ADDRESS`, else a local cluster), and
+    checks the cluster has the CPUs/GPUs asked for: a bad key fails here, before any worker starts;
+ 2. creates the MLflow run (nested under `mlflow_parent_run_id` when given) or, when `<storage>/<run name>` already
+    holds one, resumes that MLflow run; logs the flattened config as params;
+ 3. runs a `TorchTrainer` (Ray Train V2) over `trainer.num_workers` workers with `FailureConfig(max_failures)` and
+    `CheckpointConfig(num_to_keep)`. Same run name + storage path again = Ray Train hands the workers the last
+    checkpoint, so a killed driver re-run with the same `trainer.run_name` resumes instead of starting over;
+ 4. logs the artifacts (resolved config, gradient-cosine plots, final model.pt) and closes the MLflow run.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from raystream.config import ConfigError, check, flatten
+from raystream.tracking import names
+from raystream.tracking.store import client as mlflow_client_for
+from raystream.tracking.store import end_run, retry, start_run, tracking_uri
+from raystream.train import faults
+from raystream.train.preflight import check_resources, total_steps
+
+RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume
+MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
+
+
+def default_run_name(cfg) -> str:
+    return (f"{cfg.scenario.name}-{cfg.optimizer.name}-{cfg.stream.order}-"
+            f"{time.strftime('%Y%m%d-%H%M%S')}")
+
+
+def storage_path(cfg) -> str:
+    """`trainer.storage_path` (local paths made absolute), default `./raystream_results`."""
+    path = cfg.trainer.storage_path or "raystream_results"
+    return path if "://" in path else str(Path(path).expanduser().resolve())
+
+
+def _run_dir(storage: str, name: str):
+    """(pyarrow filesystem, path in it, local path or None) of the run directory `<storage>/<name>`."""
+    import pyarrow.fs as pafs
+
+    if "://" in storage:
+        fs, base = pafs.FileSystem.from_uri(storage)
+        return fs, f"{base.rstrip('/')}/{name}", None
+    return pafs.LocalFileSystem(), f"{storage}/{name}", f"{storage}/{name}"
+
+
+def _read_run_info(fs, run_dir: str) -> Dict[str, Any]:
+    import pyarrow.fs as pafs
+
+    path = f"{run_dir}/{RUN_INFO_FILE}"
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return {}
+    with fs.open_input_stream(path) as f:
+        return json.loads(f.read().decode())
+
+
+def _write_run_info(fs, run_dir: str, info: Dict[str, Any]) -> None:
+    fs.create_dir(run_dir, recursive=True)
+    with fs.open_output_stream(f"{run_dir}/{RUN_INFO_FILE}") as f:
+        f.write(json.dumps(info, indent=1, sort_keys=True).encode())
+
+
+def _log_params(client, run_id: str, params: Dict[str, Any]) -> None:
+    """Log the params the run lacks; a changed value (e.g. a new trainer.max_steps on resume) is reported, not
+    logged, since MLflow params are immutable."""
+    from mlflow.entities import Param
+
+    have = retry(lambda: client.get_run(run_id), "get run").data.params
+    new: List[Param] = []
+    for key, value in params.items():
+        text = str(value)[:MAX_PARAM_LENGTH]
+        if key not in have:
+            new.append(Param(key, text))
+        elif have[key] != text:
+            print(f"raystream: MLflow param {key} stays {have[key]!r} (this resume uses {text!r})", file=sys.stderr)
+    for i in range(0, len(new), 100):
+        chunk = new[i:i + 100]
+        retry(lambda: client.log_batch(run_id, params=chunk), "log params")
+
+
+def _log_artifacts(client, run_id: str, cfg, checkpoint, log_model: bool) -> None:
+    """config.yaml, the gradient-cosine plots from the run's full history, and the final checkpoint's model."""
+    from raystream.tracking.plots import grad_cosine_plots, history
+
+    from raystream.train import checkpoint as ckpt_files
+
+    with tempfile.TemporaryDirectory(prefix="raystream-artifacts-") as d:
+        tmp = Path(d)
+        (tmp / names.ARTIFACT_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        retry(lambda: client.log_artifact(run_id, str(tmp / names.ARTIFACT_CONFIG)), "log config")
+        title = f"{cfg.trainer.run_name} ({cfg.optimizer.name}, {cfg.stream.order})"
+        for f in grad_cosine_plots(history(client, run_id), tmp / names.ARTIFACT_PLOTS_DIR, title=title):
+            retry(lambda f=f: client.log_artifact(run_id, str(f), names.ARTIFACT_PLOTS_DIR), "log plot")
+    if log_model and checkpoint is not None:
+        with checkpoint.as_directory() as cd:
+            for name in (ckpt_files.MODEL_FILE, ckpt_files.META_FILE):
+                if (Path(cd) / name).is_file():
+                    retry(lambda n=name: client.log_artifact(run_id, str(Path(cd) / n), names.ARTIFACT_CHECKPOINT_DIR),
+                          "log checkpoint")
+
+
+def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[Sequence[Any]] = None,
+        mlflow_parent_run_id: Optional[str] = None, mlflow_tags: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Train one run to the end (or resume it) and return its final metrics.
+
+    `run_name` (else `trainer.run_name`, else generated) names the Ray Train run directory
+    `<trainer.storage_path>/<run_name>` and the MLflow run. `callbacks`: Ray Train `UserCallback`s (Tune passes
+    `ray.tune.integration.ray_train.TuneReportCallback()`), called on every `ray.train.report`.
+    Returned keys: `loss` (mean over the last report window), `eval/*` (final evaluation and in-stream averages),
+    `step`, `steps_done`, `start_step` (step the last attempt started at: > 0 after a restart or resume),
+    `mlflow_run_id`, `run_name`, `run_dir`, `checkpoint_path`.
+    Raises ConfigError / DataError before any worker starts; Ray's TrainingFailedError when the workers fail more
+    than `trainer.max_failures` times.
+    """
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from raystream.train.loop import train_loop_per_worker
+
+    cfg = copy.deepcopy(cfg)
+    name = run_name or cfg.trainer.run_name or default_run_name(cfg)
+    cfg.trainer.run_name = name
+    check(cfg)
+    total = total_steps(cfg)
+    if not ray.is_initialized():
+        ray.init()
+    check_resources(cfg.trainer, ray.cluster_resources())
+
+    storage = storage_path(cfg)
+    fs, run_dir, local_run_dir = _run_dir(storage, name)
+    info = _read_run_info(fs, run_dir)
+    uri = tracking_uri(cfg)
+    client = mlflow_client_for(uri)
+    tags = {**(mlflow_tags or {}), names.TAG_RUN_DIR: run_dir if local_run_dir is None else local_run_dir}
+    run_id = start_run(client, experiment=cfg.mlflow.experiment, uri=uri, run_name=name,
+                       parent_run_id=mlflow_parent_run_id, tags=tags, resume_run_id=info.get("mlflow_run_id"))
+    _log_params(client, run_id, flatten(cfg))
+    _write_run_info(fs, run_dir, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
+
+    tcfg = cfg.trainer
+    resources = {"CPU": float(tcfg.cpus_per_worker), **({"GPU": 1} if tcfg.use_gpu else {})}
+    trainer = TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config={
+            "cfg": OmegaConf.to_container(cfg, resolve=True),
+            "run": {"run_name": name, "total_steps": total, "tracking_uri": uri, "mlflow_run_id": run_id,
+                    "hooks": faults.from_env(local_run_dir, name)},
+        },
+        scaling_config=ScalingConfig(num_workers=int(tcfg.num_workers), use_gpu=bool(tcfg.use_gpu),
+                                     resources_per_worker=resources),
+        run_config=RunConfig(
+            name=name, storage_path=storage,
+            failure_config=FailureConfig(max_failures=int(tcfg.max_failures)),
+            checkpoint_config=CheckpointConfig(num_to_keep=int(tcfg.keep_checkpoints)),
+            callbacks=list(callbacks or []),
+            logging_config=LoggingConfig(log_level=str(tcfg.ray_log_level)),
+        ),
+    )
+    try:
+        result = trainer.fit()
+    except BaseException as exc:
+        try:
+            end_run(client, run_id, status="KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        except Exception as mlflow_exc:  # keep the training error, not MLflow's
+            print(f"raystream: could not close MLflow run {run_id}: {mlflow_exc}", file=sys.stderr)
+        raise
+    retry(lambda: client.set_tag(run_id, names.TAG_STATUS, "finished"), "tag run")
+    _log_artifacts(client, run_id, cfg, result.checkpoint, bool(tcfg.log_checkpoint_artifact))
+    end_run(client, run_id, status="FINISHED")
+    final = dict(result.return_value or result.metrics or {})
+    final.update(mlflow_run_id=run_id, run_name=name, run_dir=str(result.path),
+                 checkpoint_path=result.checkpoint.path if result.checkpoint is not None else None)
+    return final
+
+
+def main(cfg: DictConfig) -> int:
+    """`raystream train <overrides>`: fit one run, print where its results are. Exit 0, 1 (training failed) or 2
+    (bad config or data)."""
+    from raystream.data import DataError
+
+    name = cfg.trainer.run_name or default_run_name(cfg)
+    print(f"raystream train: run {name} in {storage_path(cfg)}/{name} (re-run with trainer.run_name={name} to "
+          "resume it)", flush=True)
+    try:
+        final = fit(cfg, run_name=name)
+    except (ConfigError, DataError) as exc:
+        print(f"raystream train: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("raystream train: interrupted; re-run with the same trainer.run_name to resume", file=sys.stderr)
+        return 130
+    except Exception as exc:  # ray.train.TrainingFailedError and what it wraps
+        print(f"raystream train: training failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    shown = {k: v for k, v in final.items() if k.startswith(names.EVAL_PREFIX) or k == names.LOSS}
+    print(f"\nrun {final['run_name']}: {final.get('steps_done', '?')} steps, "
+          + ", ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items()) if isinstance(v, (int, float))))
+    print(f"  checkpoint  {final['checkpoint_path']}")
+    print(f"  MLflow      run {final['mlflow_run_id']} at {tracking_uri(cfg)}  (mlflow ui --backend-store-uri "
+          f"{tracking_uri(cfg)})")
+    print(f"  resume      raystream train <same overrides> trainer.run_name={final['run_name']}")
+    return 0

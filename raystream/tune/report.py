@@ -1,0 +1,355 @@
+"""`raystream report`: the paper-style table and plots of one sweep, read back from MLflow.
+
+Rows are the sweep's grid axes that vary (e.g. optimizer x order x batch size); replicate axes (keys ending in
+`seed`) are averaged over, so each cell shows mean +- std over seeds. Where a cell had Optuna-sampled axes, each
+seed contributes its best trial by the sweep's metric (the tuned setting, as in the paper's tables) and the
+sampled value is shown. Columns are the final `eval/*` metrics and the final `loss`.
+
+Writes `report.md`, `report.csv` and plots (each metric against each numeric grid axis such as
+`optimizer.orth_beta` or `stream.batch_size`; histograms of the per-step gradient cosine `grad_cos_prev` per
+optimizer) to `--out` (default `reports/<sweep run>`), and logs them as artifacts of the sweep's parent run.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import sys
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from raystream.tune.config import is_seed_key
+
+from raystream.tracking import names
+
+ROLE_TAG, GRID_TAG_PREFIX, SAMPLE_TAG_PREFIX = "raystream.role", "raystream.grid.", "raystream.sample."
+ERROR_TAG = "raystream.error"  # why a trial failed, on its child run
+PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+TRIALS_ARTIFACT = "sweep/trials.json"  # on the parent run: every trial's grid values, status and error
+
+
+@dataclass
+class Trial:
+    run_id: str
+    trial_id: str
+    status: str
+    grid: Dict[str, str]
+    sample: Dict[str, float]
+    metrics: Dict[str, float]
+    optimizer: str
+    start_time: int = 0
+
+
+@dataclass
+class Row:
+    key: Tuple[str, ...]  # values of the row axes
+    trials: List[Trial]  # the chosen trial of each replicate
+    failed: int = 0
+
+    def values(self, metric: str) -> List[float]:
+        return [t.metrics[metric] for t in self.trials if metric in t.metrics and math.isfinite(t.metrics[metric])]
+
+
+@dataclass
+class Table:
+    sweep: str
+    parent_run_id: str
+    row_axes: List[str]
+    seed_axes: List[str]
+    sample_axes: List[str]
+    metrics: List[str]
+    rows: List[Row]
+    metric: str = "loss"
+    mode: str = "min"
+    failures: List[Tuple[str, str]] = field(default_factory=list)  # (trial id, reason)
+
+    def to_markdown(self) -> str:
+        header = [*self.row_axes, "n", *self.sample_axes, *self.metrics]
+        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        for row in self.rows:
+            cells = list(row.key) + [str(len(row.trials)) + (f" ({row.failed} failed)" if row.failed else "")]
+            cells += [_fmt_mean_std([t.sample[k] for t in row.trials if k in t.sample], sci=True)
+                      for k in self.sample_axes]
+            cells += [_fmt_mean_std(row.values(m)) for m in self.metrics]
+            lines.append("| " + " | ".join(cells) + " |")
+        title = f"sweep `{self.sweep}` (MLflow parent run {self.parent_run_id}); mean ± std over " \
+                f"{', '.join(self.seed_axes) or 'trials'}"
+        text = title + "\n\n" + "\n".join(lines) + "\n"
+        if self.failures:
+            text += "\nfailed trials:\n" + "".join(f"- {tid}: {why}\n" for tid, why in self.failures)
+        return text
+
+    def write_csv(self, path: Path) -> None:
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow([*self.row_axes, "n", "failed", *self.sample_axes,
+                        *[f"{m}_{s}" for m in self.metrics for s in ("mean", "std")]])
+            for row in self.rows:
+                out: List[Any] = [*row.key, len(row.trials), row.failed]
+                out += [_mean([t.sample[k] for t in row.trials if k in t.sample]) for k in self.sample_axes]
+                for m in self.metrics:
+                    vals = row.values(m)
+                    out += [_mean(vals), _std(vals)]
+                w.writerow(["" if v is None else v for v in out])
+
+
+def _mean(vals: Sequence[float]) -> Optional[float]:
+    return sum(vals) / len(vals) if vals else None
+
+
+def _std(vals: Sequence[float]) -> Optional[float]:
+    if len(vals) < 2:
+        return 0.0 if vals else None
+    m = _mean(vals)
+    return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
+
+
+def _fmt(v: float, sci: bool = False) -> str:
+    return f"{v:.2e}" if sci or (v != 0 and (abs(v) >= 1e4 or abs(v) < 1e-3)) else f"{v:.4f}"
+
+
+def _fmt_mean_std(vals: Sequence[float], sci: bool = False) -> str:
+    if not vals:
+        return "-"
+    if len(vals) == 1:
+        return _fmt(vals[0], sci)
+    return f"{_fmt(_mean(vals), sci)} ± {_fmt(_std(vals), sci)}"
+
+
+def _client(tracking_uri: Optional[str]):
+    from raystream.tracking.store import client, tracking_uri as default_uri
+
+    uri = tracking_uri or default_uri(None)
+    return client(uri), uri
+
+
+def find_parent(client, experiment: Optional[str] = None, parent: Optional[str] = None):
+    """The sweep's parent run: `parent` by id, else the latest sweep parent run of MLflow experiment `experiment`."""
+    if parent:
+        return client.get_run(parent)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise LookupError(f"no MLflow experiment named {experiment!r}")
+    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'sweep'",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    if not runs:
+        raise LookupError(f"MLflow experiment {experiment!r} has no sweep parent run (tag {ROLE_TAG}=sweep)")
+    return runs[0]
+
+
+def load_trials(client, parent_run) -> List[Trial]:
+    """The child runs of a sweep, one per Tune trial (the latest run of a trial that was resumed)."""
+    runs = client.search_runs([parent_run.info.experiment_id],
+                              filter_string=f"tags.`{names.PARENT_RUN_TAG}` = '{parent_run.info.run_id}'",
+                              max_results=10000)
+    by_trial: Dict[str, Trial] = {}
+    for r in runs:
+        tags = r.data.tags
+        trial = Trial(
+            run_id=r.info.run_id, trial_id=tags.get("raystream.trial_id", r.info.run_id), status=r.info.status,
+            grid={k[len(GRID_TAG_PREFIX):]: v for k, v in tags.items() if k.startswith(GRID_TAG_PREFIX)},
+            sample={k[len(SAMPLE_TAG_PREFIX):]: float(v) for k, v in tags.items()
+                    if k.startswith(SAMPLE_TAG_PREFIX) and _is_number(v)},
+            metrics=dict(r.data.metrics), optimizer=r.data.params.get("optimizer.name", "?"),
+            start_time=r.info.start_time or 0)
+        old = by_trial.get(trial.trial_id)
+        rank = (trial.status == "FINISHED", trial.start_time)
+        if old is None or rank > (old.status == "FINISHED", old.start_time):
+            by_trial[trial.trial_id] = trial
+    return list(by_trial.values())
+
+
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+        return True
+    except ValueError:
+        return False
+
+
+def build_table(client, parent_run) -> Table:
+    """Group a sweep's trials into the paper-style table (see the module docstring)."""
+    tags, params = parent_run.data.tags, parent_run.data.params
+    grid = json.loads(tags.get("raystream.grid", "{}"))
+    sample_axes = list(json.loads(tags.get("raystream.sample", "{}")))
+    metric, mode = params.get("sweep.metric", "loss"), params.get("sweep.mode", "min")
+    trials = load_trials(client, parent_run)
+    seed_axes = [k for k in grid if is_seed_key(k)]
+    row_axes = [k for k in grid if not is_seed_key(k) and len(grid[k]) > 1] or \
+               [k for k in grid if not is_seed_key(k)][:1]
+    order = {k: [str(v) for v in grid[k]] for k in grid}
+
+    def sort_key(key: Tuple[str, ...]):
+        return tuple(order[a].index(v) if v in order[a] else len(order[a]) for a, v in zip(row_axes, key))
+
+    finished = [t for t in trials if t.status == "FINISHED"]
+    rows: Dict[Tuple[str, ...], Row] = {}
+    best: Dict[Tuple, Trial] = {}
+    for t in finished:
+        key = tuple(t.grid.get(a, "?") for a in row_axes)
+        rows.setdefault(key, Row(key=key, trials=[]))
+        replicate = (key, tuple(t.grid.get(a, "?") for a in seed_axes))
+        cur = best.get(replicate)
+        if cur is None or _better(t.metrics.get(metric, math.nan), cur.metrics.get(metric, math.nan), mode):
+            best[replicate] = t
+    for (key, _), t in best.items():
+        rows[key].trials.append(t)
+    failures = []
+    for trial_id, cell, why in failed_trials(client, parent_run, trials):
+        key = tuple(str(cell.get(a, "?")) for a in row_axes)
+        rows.setdefault(key, Row(key=key, trials=[])).failed += 1
+        failures.append((trial_id, why))
+    metric_names = sorted({m for t in finished for m in t.metrics if m.startswith(names.EVAL_PREFIX)})
+    if any(names.LOSS in t.metrics for t in finished):
+        metric_names.append(names.LOSS)
+    return Table(sweep=tags.get("raystream.sweep_run", parent_run.info.run_name), parent_run_id=parent_run.info.run_id,
+                 row_axes=row_axes, seed_axes=seed_axes, sample_axes=sample_axes, metrics=metric_names,
+                 rows=[rows[k] for k in sorted(rows, key=sort_key)], metric=metric, mode=mode, failures=failures)
+
+
+def failed_trials(client, parent_run, trials: List[Trial]) -> List[Tuple[str, Dict[str, Any], str]]:
+    """(trial id, grid values, reason) of each failed trial: from the sweep's `sweep/trials.json` (Tune's view;
+    a trial that failed before its Train run started has no child run), else from child runs not FINISHED."""
+    bar = os.environ.get(PROGRESS_BAR_ENV)
+    os.environ[PROGRESS_BAR_ENV] = "false"  # one small file: no progress bar in the printed report
+    try:
+        path = client.download_artifacts(parent_run.info.run_id, TRIALS_ARTIFACT)
+        recorded = json.loads(Path(path).read_text())
+    except Exception:  # no such artifact yet (sweep still running or interrupted)
+        recorded = None
+    finally:
+        if bar is None:
+            del os.environ[PROGRESS_BAR_ENV]
+        else:
+            os.environ[PROGRESS_BAR_ENV] = bar
+    if recorded is not None:
+        return [(r["trial_id"], r.get("cell") or {}, r.get("error") or "failed") for r in recorded
+                if r.get("status") != "finished"]
+    out = []
+    for t in trials:
+        if t.status != "FINISHED":
+            why = client.get_run(t.run_id).data.tags.get(ERROR_TAG) or t.status
+            out.append((t.trial_id, t.grid, why))
+    return out
+
+
+def _better(a: float, b: float, mode: str) -> bool:
+    if math.isnan(b):
+        return not math.isnan(a)
+    if math.isnan(a):
+        return False
+    return a < b if mode == "min" else a > b
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
+
+
+def plot_vs_axes(table: Table, out: Path) -> List[Path]:
+    """Each metric against each numeric row axis (e.g. orth_beta, batch size), one line per other-axes combo."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    for ai, axis in enumerate(table.row_axes):
+        if not all(_is_number(r.key[ai]) for r in table.rows) or len({r.key[ai] for r in table.rows}) < 2:
+            continue
+        for metric in table.metrics:
+            lines: Dict[Tuple[str, ...], List[Tuple[float, float, float]]] = OrderedDict()
+            for r in table.rows:
+                vals = r.values(metric)
+                if vals:
+                    other = tuple(v for j, v in enumerate(r.key) if j != ai)
+                    lines.setdefault(other, []).append((float(r.key[ai]), _mean(vals), _std(vals) or 0.0))
+            if not lines:
+                continue
+            fig, ax = plt.subplots(figsize=(5, 3.5))
+            others = [a for j, a in enumerate(table.row_axes) if j != ai]
+            for other, pts in lines.items():
+                pts.sort()
+                label = ", ".join(f"{a}={v}" for a, v in zip(others, other)) or metric
+                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
+                            capsize=3, label=label)
+            ax.set_xlabel(axis)
+            ax.set_ylabel(metric)
+            if axis.endswith("batch_size"):
+                ax.set_xscale("log", base=2)
+            ax.set_title(f"{metric} vs {axis}")
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            path = out / f"{_slug(metric)}_vs_{_slug(axis)}.png"
+            fig.savefig(path, dpi=100)
+            plt.close(fig)
+            files.append(path)
+    return files
+
+
+def plot_grad_cos(client, trials: List[Trial], out: Path) -> Optional[Path]:
+    """Histogram of the per-step cosine between consecutive raw gradients, one per optimizer."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    values: Dict[str, List[float]] = defaultdict(list)
+    for t in trials:
+        if t.status == "FINISHED":
+            values[t.grid.get("optimizer.name", t.optimizer)] += [
+                m.value for m in client.get_metric_history(t.run_id, names.GRAD_COS_PREV) if math.isfinite(m.value)]
+    values = {k: v for k, v in values.items() if v}
+    if not values:
+        return None
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for name, vals in sorted(values.items()):
+        ax.hist(vals, bins=40, range=(-1, 1), alpha=0.5, density=True, label=f"{name} (n={len(vals)})")
+    ax.set_xlabel("cos(g_t, g_t-1)")
+    ax.set_ylabel("density")
+    ax.set_title("gradient cosine between consecutive steps")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "grad_cos_hist.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_report(client, parent_run, out: Optional[str] = None) -> Tuple[Table, List[Path]]:
+    """Build the table, write report.md / report.csv / plots under `out`, and log them on the parent run."""
+    table = build_table(client, parent_run)
+    out_dir = Path(out) if out else Path("reports") / _slug(table.sweep)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md, csv_path = out_dir / "report.md", out_dir / "report.csv"
+    md.write_text(table.to_markdown())
+    table.write_csv(csv_path)
+    files = [md, csv_path, *plot_vs_axes(table, out_dir)]
+    cos = plot_grad_cos(client, load_trials(client, parent_run), out_dir)
+    if cos:
+        files.append(cos)
+    for f in files:
+        client.log_artifact(parent_run.info.run_id, str(f), artifact_path="report")
+    return table, files
+
+
+def main(experiment: Optional[str] = None, parent: Optional[str] = None, out: Optional[str] = None,
+         tracking_uri: Optional[str] = None) -> int:
+    """`raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]`: print the table, write the files."""
+    client, uri = _client(tracking_uri)
+    try:
+        parent_run = find_parent(client, experiment=experiment, parent=parent)
+    except LookupError as exc:
+        print(f"raystream report: {exc} (tracking URI {uri})", file=sys.stderr)
+        return 2
+    except Exception as exc:  # mlflow raises MlflowException for an unknown run id
+        print(f"raystream report: no run {parent!r} in {uri}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    table, files = write_report(client, parent_run, out)
+    print(table.to_markdown())
+    print(f"wrote {', '.join(str(f) for f in files)} (also artifacts of MLflow run {parent_run.info.run_id})")
+    return 0

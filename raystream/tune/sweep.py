@@ -1,0 +1,372 @@
+"""`raystream sweep`: a Ray Tune sweep whose trials are Ray Train runs, recorded as one MLflow parent run per sweep
+and one child run per trial.
+
+    plan (before Ray)  ->  MLflow parent run  ->  Tuner(grid x Optuna)  ->  each trial: fit(cfg) on Ray Train
+                                                                       ->  report table (raystream.tune.report)
+
+Ray Train V2 with Tune, as Ray 2.60 recommends: a function trainable is the driver of one `TorchTrainer` run
+(`raystream.train.run.fit`), which reports to Tune through `TuneReportCallback`. The driver needs no CPU of its
+own (it waits on the Train controller), so each trial requests no CPU (only a little memory) and
+`max_concurrent_trials` is derived from the cluster's CPUs/GPUs and the workers one trial needs: trials never
+start Train runs that cannot get workers. A trial stopped by ASHA has its driver actor killed; its Train workers
+die with it and `raystream.tune.release` removes their placement group, so the next trial gets those CPUs.
+A trial that fails (bad video, NaN loss) is recorded as failed with its reason (Tune result, the child run's
+`raystream.error` tag, the parent's `sweep/trials.json`) and the sweep goes on (`FailureConfig(max_failures=0)`:
+retrying is Ray Train's job, `trainer.max_failures`).
+
+Resume: the run name defaults to `<sweep>-<hash of the planned trials>`; starting the same sweep again finds the
+Tune experiment under `<storage>/sweeps/<run name>` and `Tuner.restore`s it: finished trials are kept, unfinished
+ones continue (each Train run resumes from its own checkpoint: its name is `<run name>-<trial id>`), failed ones
+stay failed. The MLflow parent run id is kept beside the experiment, so the same parent run continues.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from omegaconf import DictConfig, OmegaConf
+
+from raystream.config import ConfigError, config_dir
+from raystream.tracking import names
+from raystream.tracking.store import client as mlflow_client
+from raystream.tracking.store import experiment_id, retry, tracking_uri
+from raystream.tune.report import ERROR_TAG, GRID_TAG_PREFIX, ROLE_TAG, SAMPLE_TAG_PREFIX, TRIALS_ARTIFACT
+from raystream.tune.searcher import CELL_KEY
+from raystream.tune.space import SweepPlan, apply_values, optuna_space, plan, structured
+
+FIT = "raystream.train.run:fit"
+META_FILE = "raystream_sweep.json"
+DRIVER_MEMORY = 200 * 1024 ** 2  # bytes reserved by each trial's driver (the function trainable)
+SWEEP_TAG, SWEEP_RUN_TAG = "raystream.sweep", "raystream.sweep_run"
+TRIAL_TAG, CELL_TAG = "raystream.trial_id", "raystream.cell"
+ERROR_CHARS = 500
+
+
+@dataclass
+class TrialOutcome:
+    trial_id: str
+    cell: Dict[str, Any]
+    config: Dict[str, Any]  # the values this trial set (grid + sampled)
+    status: str  # finished (incl. stopped early by ASHA) | failed | unfinished (interrupted: resume to run it)
+    error: Optional[str] = None
+    metrics: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SweepOutcome:
+    run_name: str
+    path: Path
+    parent_run_id: str
+    tracking_uri: str
+    experiment: str
+    resumed: bool
+    trials: List[TrialOutcome]
+    seconds: float
+
+    @property
+    def failed(self) -> List[TrialOutcome]:
+        return [t for t in self.trials if t.status == "failed"]
+
+    @property
+    def interrupted(self) -> bool:
+        """Ctrl+C stopped the sweep before every trial ended; running it again resumes it."""
+        return any(t.status == "unfinished" for t in self.trials)
+
+
+def main(cfg: DictConfig, overrides: Sequence[str] = ()) -> int:
+    """`raystream sweep [overrides]`: run the sweep, print the report table and the command that opens MLflow."""
+    outcome = run_sweep(cfg, overrides)
+    from raystream.tune import report
+
+    print()
+    if outcome.interrupted:
+        print(f"sweep {outcome.run_name} interrupted; run the same command again to resume it "
+              f"(finished trials are kept)", file=sys.stderr)
+        return 130
+    print(f"sweep {outcome.run_name}: {len(outcome.trials) - len(outcome.failed)} trials finished, "
+          f"{len(outcome.failed)} failed, {outcome.seconds:.0f} s{' (resumed)' if outcome.resumed else ''}")
+    for t in outcome.failed:
+        print(f"  failed trial {t.trial_id} {t.cell}: {t.error}")
+    print()
+    report.main(parent=outcome.parent_run_id, tracking_uri=outcome.tracking_uri)
+    print()
+    print("Open the runs in the MLflow UI:")
+    print(f"  mlflow ui --backend-store-uri {outcome.tracking_uri}")
+    return 0 if len(outcome.failed) < len(outcome.trials) else 1
+
+
+def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Union[str, Callable] = FIT,
+              verbose: int = 1) -> SweepOutcome:
+    """Plan, check, and run the sweep `cfg.sweep` to the end (or resume it). `fit` is the function each trial
+    calls (`raystream.train.run.fit` or an importable `module:function` / callable with the same signature)."""
+    started = time.time()
+    the_plan = plan(cfg, overrides)  # raises ConfigError before Ray starts
+    uri = tracking_uri(cfg)  # absolute: trials run in other processes and directories
+    storage = Path(cfg.trainer.storage_path or "raystream_results").expanduser().resolve()
+    for cell in the_plan.cells:
+        cell.config["mlflow"]["tracking_uri"] = uri
+        cell.config["trainer"]["storage_path"] = str(storage)
+    run_name = cfg.sweep.run_name or f"{the_plan.name}-{the_plan.fingerprint()}"
+    path = storage / "sweeps" / run_name
+    meta = _read_meta(path)
+    if meta and meta.get("fingerprint") != the_plan.fingerprint():
+        raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path} holds a sweep with other trials "
+                          "(its config changed); pick another sweep.run_name or leave it unset")
+
+    import ray
+    from ray import tune
+
+    from raystream.tune.release import ReleaseStoppedTrials
+
+    os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")  # trials keep the driver's working directory
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # eval/* arrive only in the final report
+    if not ray.is_initialized():
+        ray.init()  # RAY_ADDRESS when set, else a local cluster
+
+    experiment = cfg.mlflow.experiment
+    parent = _parent_run(uri, experiment, run_name, cfg, the_plan, meta)
+    path.mkdir(parents=True, exist_ok=True)
+    _write_meta(path, {"parent_run_id": parent, "fingerprint": the_plan.fingerprint(), "tracking_uri": uri,
+                       "experiment": experiment, "sweep": the_plan.name})
+
+    trainable = tune.with_parameters(
+        trial_main,
+        cells=[c.config for c in the_plan.cells],
+        info={"name": the_plan.name, "run_name": run_name, "parent_run_id": parent,
+              "sample_keys": list(the_plan.sample), "cell_values": [c.values for c in the_plan.cells], "fit": fit},
+    )
+    # The driver waits on its Train run: no CPU, a little memory (Ray needs a non-empty request).
+    trainable = tune.with_resources(trainable, {"CPU": 0, "memory": DRIVER_MEMORY})
+    resumed = tune.Tuner.can_restore(str(path))
+    if resumed:
+        tuner = tune.Tuner.restore(str(path), trainable=trainable, resume_unfinished=True, resume_errored=False,
+                                   restart_errored=False)
+    else:
+        tuner = tune.Tuner(trainable, tune_config=_tune_config(cfg, the_plan),
+                           run_config=tune.RunConfig(name=run_name, storage_path=str(storage / "sweeps"),
+                                                     failure_config=tune.FailureConfig(max_failures=0),
+                                                     callbacks=[ReleaseStoppedTrials()],
+                                                     verbose=verbose))
+    client = mlflow_client(uri)
+    try:
+        grid = tuner.fit()
+    except BaseException:
+        retry(lambda: client.set_terminated(parent, "KILLED"), "end parent run")
+        raise
+    statuses = _trial_statuses(path)
+    trials = [_outcome(r, the_plan, statuses) for r in grid]
+    _finish_parent(client, parent, trials)
+    return SweepOutcome(run_name=run_name, path=path, parent_run_id=parent, tracking_uri=uri, experiment=experiment,
+                        resumed=resumed, trials=trials, seconds=time.time() - started)
+
+
+def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[str, Any]) -> Dict[str, Any]:
+    """One Tune trial: the cell's config plus the sampled values, checked, then one Ray Train run."""
+    from ray import tune
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from raystream.tune.release import RecordPlacementGroup
+
+    cell = int(config[CELL_KEY])
+    cfg = structured(cells[cell])
+    sampled = {k: v for k, v in config.items() if k in info["sample_keys"]}
+    apply_values(cfg, sampled, where="sweep.sample")
+    trial_id = tune.get_context().get_trial_id()
+    tags = trial_tags(info, cell, trial_id, sampled)
+    fit = _resolve(info["fit"])
+    callbacks = [TuneReportCallback(), RecordPlacementGroup(trial_id)]
+    try:
+        final = fit(cfg, run_name=f"{info['run_name']}-{trial_id}", callbacks=callbacks,
+                    mlflow_parent_run_id=info["parent_run_id"], mlflow_tags=tags)
+    except Exception as exc:
+        _tag_failed_child(cfg, info["parent_run_id"], trial_id, exc)
+        raise
+    return {k: v for k, v in (final or {}).items() if isinstance(v, (int, float, str, bool))}
+
+
+def trial_tags(info: Dict[str, Any], cell: int, trial_id: str, sampled: Dict[str, Any]) -> Dict[str, str]:
+    """MLflow tags of a trial's child run: sweep, trial, and its grid and sampled values (what the report reads)."""
+    tags = {SWEEP_TAG: info["name"], SWEEP_RUN_TAG: info["run_name"], TRIAL_TAG: trial_id, CELL_TAG: str(cell),
+            ROLE_TAG: "trial"}
+    # Group axes like `optimizer` are no param of the child run: the tags carry every grid value.
+    tags.update({f"{GRID_TAG_PREFIX}{k}": str(v) for k, v in info["cell_values"][cell].items()})
+    tags.update({f"{SAMPLE_TAG_PREFIX}{k}": repr(v) for k, v in sampled.items()})
+    return tags
+
+
+def _tag_failed_child(cfg, parent_run_id: str, trial_id: str, exc: BaseException) -> None:
+    """Write why the trial failed on its MLflow child run (when fit got as far as creating it)."""
+    reason = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    text = next((line for line in reversed(reason) if line.strip()), type(exc).__name__)[:ERROR_CHARS]
+    try:
+        client = mlflow_client(tracking_uri(cfg))
+        parent = retry(lambda: client.get_run(parent_run_id), "get parent run")
+        runs = retry(lambda: client.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.`{TRIAL_TAG}` = '{trial_id}' and tags.`{names.PARENT_RUN_TAG}` = '{parent_run_id}'"),
+            "find trial run")
+        for run in runs:
+            retry(lambda run=run: client.set_tag(run.info.run_id, ERROR_TAG, text), "tag failed run")
+    except Exception as tag_exc:  # the trial's own error matters more than this bookkeeping
+        print(f"raystream: could not record the failure of trial {trial_id} in MLflow: {tag_exc}", file=sys.stderr)
+
+
+def _resolve(fit: Union[str, Callable]) -> Callable:
+    if callable(fit):
+        return fit
+    module, _, name = fit.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _tune_config(cfg: DictConfig, the_plan: SweepPlan):
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    from raystream.tune.searcher import GridOptunaSearcher
+
+    sweep = cfg.sweep
+    searcher = GridOptunaSearcher([c.values for c in the_plan.cells], optuna_space(the_plan.sample),
+                                  the_plan.num_samples, metric=sweep.metric, mode=sweep.mode, seed=int(sweep.seed))
+    scheduler = None
+    if sweep.scheduler == "asha":
+        scheduler = ASHAScheduler(time_attr="training_iteration", grace_period=int(sweep.grace_period),
+                                  reduction_factor=int(sweep.reduction_factor), max_t=10 ** 9)
+    return tune.TuneConfig(metric=sweep.metric, mode=sweep.mode, search_alg=searcher, scheduler=scheduler,
+                           num_samples=the_plan.num_trials,
+                           max_concurrent_trials=sweep.max_concurrent_trials or concurrent_trials(the_plan),
+                           trial_dirname_creator=_trial_dirname)
+
+
+def _trial_dirname(trial) -> str:
+    return f"trial_{trial.trial_id}"
+
+
+def concurrent_trials(the_plan: SweepPlan, resources: Optional[Dict[str, float]] = None) -> int:
+    """How many Train runs fit on the cluster at once: its CPUs (and GPUs) over what one trial's workers need."""
+    import ray
+
+    resources = resources if resources is not None else ray.cluster_resources()
+    fits = []
+    for cell in the_plan.cells:
+        t = cell.config["trainer"]
+        cpus = t["num_workers"] * t["cpus_per_worker"]
+        n = int(resources.get("CPU", 0) // cpus) if cpus > 0 else the_plan.num_trials
+        if t["use_gpu"]:
+            n = min(n, int(resources.get("GPU", 0) // t["num_workers"]))
+        fits.append(n)
+    return max(1, min(fits + [the_plan.num_trials]))
+
+
+def git_commit() -> str:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True,
+                               timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if out.returncode != 0:
+        return "unknown"
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _read_meta(path: Path) -> Optional[Dict[str, Any]]:
+    try:
+        return json.loads((path / META_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_meta(path: Path, meta: Dict[str, Any]) -> None:
+    (path / META_FILE).write_text(json.dumps(meta, indent=2))
+
+
+def _parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_plan: SweepPlan,
+                meta: Optional[Dict[str, Any]]) -> str:
+    """The sweep's MLflow parent run: the one recorded beside the experiment when resuming, else a new one
+    carrying the sweep's name, file, grid, sampled axes and the git commit."""
+    import mlflow
+
+    client = mlflow_client(uri)
+    if meta and meta.get("parent_run_id"):
+        try:
+            retry(lambda: client.update_run(meta["parent_run_id"], status="RUNNING"), "resume parent run")
+            return meta["parent_run_id"]
+        except mlflow.exceptions.MlflowException:
+            pass  # the store was wiped: start a new parent run
+    exp_id = experiment_id(client, experiment, uri)
+    sweep = cfg.sweep
+    grid = {k: [] for k in the_plan.grid_keys}  # the axes that run (a command-line override collapses one)
+    for cell in the_plan.cells:
+        for k, v in cell.values.items():
+            if v not in grid[k]:
+                grid[k].append(v)
+    tags = {ROLE_TAG: "sweep", SWEEP_TAG: the_plan.name, SWEEP_RUN_TAG: run_name,
+            "mlflow.source.git.commit": git_commit(), "raystream.grid": json.dumps(grid),
+            "raystream.sample": json.dumps({k: sweep.sample[k] for k in the_plan.sample}),
+            "raystream.command": " ".join(["raystream", "sweep", *sys.argv[2:]]) if sys.argv[1:2] == ["sweep"]
+            else "raystream.tune.sweep.run_sweep",
+            "mlflow.note.content": sweep.description or f"raystream sweep `{the_plan.name}`"}
+    run = retry(lambda: client.create_run(exp_id, run_name=run_name, tags=tags), "create parent run")
+    rid = run.info.run_id
+    params = {"sweep.name": the_plan.name, "sweep.num_samples": the_plan.num_samples, "sweep.metric": sweep.metric,
+              "sweep.mode": sweep.mode, "sweep.scheduler": sweep.scheduler, "sweep.trials": the_plan.num_trials,
+              "sweep.cells": len(the_plan.cells)}
+    params.update({f"sweep.grid.{k}": json.dumps(v) for k, v in grid.items()})
+    params.update({f"sweep.sample.{k}": sweep.sample[k] for k in the_plan.sample})
+    params.update({f"sweep.collapsed.{k}": v for k, v in the_plan.collapsed.items()})
+    from mlflow.entities import Param
+
+    retry(lambda: client.log_batch(rid, params=[Param(k, str(v)) for k, v in params.items()]), "log params")
+    sweep_file = config_dir() / "sweep" / f"{the_plan.name}.yaml"
+    if sweep_file.exists():
+        client.log_artifact(rid, str(sweep_file), artifact_path="sweep")
+    client.log_text(rid, OmegaConf.to_yaml(cfg), "sweep/composed_config.yaml")
+    client.log_dict(rid, [{"cell": c.index, "values": c.values} for c in the_plan.cells], "sweep/cells.json")
+    return rid
+
+
+def _trial_statuses(path: Path) -> Dict[str, str]:
+    """Each trial's status as Tune saved it for a restore: TERMINATED, ERROR, or PENDING for a trial an interrupt
+    stopped (in memory Tune marks those TERMINATED; the saved state says they still have to run)."""
+    from ray.tune import ExperimentAnalysis
+
+    try:
+        return {t.trial_id: t.status for t in ExperimentAnalysis(str(path)).trials}
+    except Exception as exc:  # no saved state: treat results without an error as finished
+        print(f"raystream: could not read the trial states of {path}: {exc}", file=sys.stderr)
+        return {}
+
+
+def _outcome(result, the_plan: SweepPlan, statuses: Dict[str, str]) -> TrialOutcome:
+    config = dict(result.config or {})
+    cell = the_plan.cells[int(config.get(CELL_KEY, 0))].values if config else {}
+    metrics = dict(result.metrics or {})
+    trial_id = str(metrics.get("trial_id") or Path(str(result.path)).name.replace("trial_", ""))
+    if result.error is None and statuses.get(trial_id, "TERMINATED") not in ("TERMINATED", "ERROR"):
+        return TrialOutcome(trial_id, cell, config, "unfinished", metrics=metrics)
+    if result.error is not None:
+        text = str(result.error).strip().splitlines()
+        reason = next((line.strip() for line in reversed(text) if line.strip()), type(result.error).__name__)
+        return TrialOutcome(trial_id, cell, config, "failed", error=reason[:ERROR_CHARS], metrics=metrics)
+    return TrialOutcome(trial_id, cell, config, "finished", metrics=metrics)
+
+
+def _finish_parent(client, parent: str, trials: List[TrialOutcome]) -> None:
+    """Record every trial's status and error on the parent run, and close it (KILLED when interrupted)."""
+    counts = {s: sum(t.status == s for t in trials) for s in ("finished", "failed", "unfinished")}
+    for status, n in counts.items():
+        retry(lambda s=status, n=n: client.set_tag(parent, f"raystream.trials_{s}", str(n)), "tag parent run")
+    retry(lambda: client.log_dict(parent, [{"trial_id": t.trial_id, "cell": t.cell, "config": t.config, "status": t.status,
+                              "error": t.error} for t in trials], TRIALS_ARTIFACT), "log trials")
+    status = "KILLED" if counts["unfinished"] else "FINISHED" if counts["finished"] else "FAILED"
+    retry(lambda: client.set_terminated(parent, status), "end parent run")

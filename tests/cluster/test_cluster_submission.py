@@ -1,0 +1,254 @@
+"""End to end on one machine: the cluster workflow of cluster/README.md with every service on 127.0.0.1.
+
+`ray start --head` (token authentication on, dashboard / job API on loopback, free ports, its own temp dir),
+an MLflow tracking server with a sqlite backend, a sweep sent through Ray's job submission with the repository
+as the job's working_dir and MLFLOW_TRACKING_URI pointing at the server, then the runs read back through the
+MLflow client from that server. Everything the test starts is stopped in `finally` blocks, by process group.
+
+The dashboard / job API and MLflow are checked to answer on loopback only. Ray's GCS and raylet listen on the
+machine's address whatever `--node-ip-address` says (Ray swaps 127.0.0.1 for a reachable address by design);
+with token auth on they refuse calls without the token.
+
+Never `ray stop` here: it kills every Ray process of the machine, other people's clusters included.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+EXPERIMENT = "cluster-e2e"
+JOB_TIMEOUT_S = 240
+
+# What the job runs: the smoke sweep (grid optimizer.name x stream.order) with its stream.order axis collapsed by a
+# command-line value, so 2 trials (AdamW, Orthogonal-AdamW) run at once on the 2 CPUs; each trial is one Ray Train
+# run of 2 steps on a 4-clip stream over one short demo video, without the final probes.
+TINY = [
+    "trainer.max_steps=2", "trainer.checkpoint_every=2", "trainer.log_every=1", "eval.metrics=[]",
+    "stream.batch_size=4", "data.demo.num_videos=1", "data.demo.frames_per_video=48",
+]
+SWEEP = ["raystream", "sweep", "sweep=smoke", "stream.order=batch_along_time", f"mlflow.experiment={EXPERIMENT}",
+         *TINY]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _outbound_ip() -> Optional[str]:
+    """This machine's non-loopback address, if it has one (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            ip = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if ip.startswith("127.") else ip
+
+
+def _http(url: str, token: Optional[str] = None, method: str = "GET", timeout: float = 5.0):
+    """(status, body) of one request; the status of an HTTP error instead of raising."""
+    req = urllib.request.Request(url, method=method)
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def _spawn(cmd: List[str], env: Dict[str, str], log: Path) -> subprocess.Popen:
+    """Start `cmd` in its own process group (so that group, and only it, can be stopped)."""
+    with open(log, "w") as out:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM the process group `proc` leads; SIGKILL what is left of it once the leader is gone or after
+    `grace_s`."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the whole group is gone
+        pass
+    proc.wait(timeout=10)
+
+
+def _wait_until(check, what: str, procs: List[subprocess.Popen], logs: List[Path], timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        for proc, log in zip(procs, logs):
+            if proc.poll() is not None:
+                pytest.fail(f"{what}: {proc.args[0]} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+    pytest.fail(f"{what}: not ready after {timeout_s:.0f}s:\n" + "\n".join(log.read_text()[-1500:] for log in logs))
+
+
+@dataclass
+class LocalCluster:
+    dashboard: str  # http://127.0.0.1:<port>: dashboard and job API
+    dashboard_port: int
+    mlflow: str  # http://127.0.0.1:<port>: MLflow tracking server
+    mlflow_port: int
+    token: str
+    env: Dict[str, str]  # the environment a client of this cluster runs with (token auth on)
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    try:
+        import ray.dashboard.optional_deps  # noqa: F401  (aiohttp & co: the dashboard and its job API)
+    except ImportError as exc:
+        reason = f"Ray job submission needs ray[default] (the dashboard's dependencies): {exc}"
+        if os.environ.get("CI") == "true":  # a fresh install from pyproject.toml must have them
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+    # A short root: Ray's unix sockets live under it (paths are limited to 107 bytes).
+    root = Path(tempfile.mkdtemp(prefix="rsc", dir="/tmp"))
+    procs: List[subprocess.Popen] = []
+    try:
+        token = secrets.token_hex(32)
+        token_path = root / "auth_token"
+        token_path.write_text(token)
+        token_path.chmod(0o600)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_"))}
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_path), RAY_USAGE_STATS_ENABLED="0",
+                   PYTHONUNBUFFERED="1")
+
+        mlflow_port, dash_port = _free_port(), _free_port()
+        mlflow_log, ray_log = root / "mlflow.log", root / "ray.log"
+        procs.append(_spawn([
+            str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{root}/mlflow.db", "--artifacts-destination", f"file://{root}/artifacts",
+        ], env, mlflow_log))
+        procs.append(_spawn([
+            str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+            f"--port={_free_port()}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",
+            f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
+            f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}",
+            "--num-cpus=2", "--num-gpus=0", f"--object-store-memory={300 * 1024 ** 2}",
+            f"--temp-dir={root}/ray", "--disable-usage-stats", "--include-dashboard=true",
+        ], env, ray_log))
+
+        dashboard, mlflow = f"http://127.0.0.1:{dash_port}", f"http://127.0.0.1:{mlflow_port}"
+
+        def up(url, token=None):
+            try:
+                return _http(url, token, timeout=2)[0] == 200
+            except OSError:
+                return False
+
+        logs = [mlflow_log, ray_log]
+        _wait_until(lambda: up(f"{dashboard}/api/version", token), "ray head", procs, logs)
+        _wait_until(lambda: up(f"{mlflow}/health"), "mlflow server", procs, logs)
+        yield LocalCluster(dashboard, dash_port, mlflow, mlflow_port, token, env, root)
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_job_api_requires_the_token_and_listens_on_loopback_only(local_cluster):
+    c = local_cluster
+    assert _http(f"{c.dashboard}/api/jobs/")[0] == 401
+    assert _http(f"{c.dashboard}/api/jobs/", token="not-the-token")[0] == 403
+    assert _http(f"{c.dashboard}/api/jobs/", token=c.token)[0] == 200
+    ip = _outbound_ip()
+    if ip is None:
+        pytest.skip("no non-loopback address to probe")
+    for port in (c.dashboard_port, c.mlflow_port):
+        with socket.socket() as s:
+            s.settimeout(2)
+            assert s.connect_ex((ip, port)) != 0, f"port {port} answers on {ip}, not only on loopback"
+
+
+def _job(c: LocalCluster, submission_id: str) -> Dict:
+    status, body = _http(f"{c.dashboard}/api/jobs/{submission_id}", c.token)
+    assert status == 200, body
+    return json.loads(body)
+
+
+def _job_logs(c: LocalCluster, submission_id: str) -> str:
+    status, body = _http(f"{c.dashboard}/api/jobs/{submission_id}/logs", c.token)
+    return json.loads(body).get("logs", "") if status == 200 else body
+
+
+def test_sweep_submitted_as_a_ray_job_is_recorded_on_the_mlflow_server(local_cluster):
+    from mlflow.tracking import MlflowClient
+
+    c = local_cluster
+    submission_id = f"raystream-e2e-{secrets.token_hex(4)}"
+    submit = [
+        str(BIN / "ray"), "job", "submit", "--address", c.dashboard, "--submission-id", submission_id,
+        "--working-dir", str(REPO),
+        "--runtime-env-json", json.dumps({"env_vars": {"MLFLOW_TRACKING_URI": c.mlflow}}),
+        "--no-wait", "--",
+        *SWEEP, f"trainer.storage_path={c.root}/results", f"data.demo.cache_dir={c.root}/demo",
+    ]
+    done = subprocess.run(submit, env=c.env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while _job(c, submission_id)["status"] in ("PENDING", "RUNNING") and time.monotonic() < deadline:
+            time.sleep(2)
+        job = _job(c, submission_id)
+        assert job["status"] == "SUCCEEDED", f"job {job['status']}: {job.get('message')}\n" \
+                                             f"{_job_logs(c, submission_id)[-6000:]}"
+    finally:  # a job still running (timeout, failed assertion) is stopped before the cluster goes down
+        status, body = _http(f"{c.dashboard}/api/jobs/{submission_id}", c.token)
+        if status == 200 and json.loads(body)["status"] in ("PENDING", "RUNNING"):
+            _http(f"{c.dashboard}/api/jobs/{submission_id}/stop", c.token, method="POST")
+
+    client = MlflowClient(tracking_uri=c.mlflow)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    assert experiment is not None, f"no MLflow experiment {EXPERIMENT!r} on {c.mlflow}"
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    parents = {r.info.run_id: r for r in runs if "mlflow.parentRunId" not in r.data.tags}
+    # One parent run for the sweep, one child run per trial: the two optimizers of the collapsed grid.
+    assert len(parents) == 1, [r.info.run_name for r in runs]
+    (parent_id,) = parents
+    assert len(children) == 2, [r.info.run_name for r in runs]
+    for child in children:
+        assert child.data.tags["mlflow.parentRunId"] == parent_id
+        assert child.info.status == "FINISHED", child.info.run_name
+        assert math.isfinite(child.data.metrics["loss"]), child.data.metrics
+        assert child.data.params["trainer.max_steps"] == "2"
+        history = client.get_metric_history(child.info.run_id, "loss")
+        assert len(history) >= 1
+    assert {r.data.params["optimizer.name"] for r in children} == {"adamw", "orthogonal_adamw"}
+    assert {r.data.params["stream.order"] for r in children} == {"batch_along_time"}
+    # Artifacts go through the server to its --artifacts-destination (the bucket, on a cloud cluster).
+    assert any(client.list_artifacts(r.info.run_id) for r in runs), "no run logged an artifact"
+    assert any(p.is_file() for p in (c.root / "artifacts").rglob("*")), "nothing under --artifacts-destination"

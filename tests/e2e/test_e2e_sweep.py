@@ -1,0 +1,143 @@
+"""`raystream sweep sweep=smoke` end to end, as a user runs it: the CLI in a fresh directory, a local Ray cluster,
+the embedded MLflow store (./mlflow.db), the demo videos, the real Ray Train runs.
+
+One sweep serves every test here (trials are minutes on 2 CPUs): smoke with the order axis collapsed to shuffled
+and a second grid axis `data: [moving_digits, broken]`, where `broken` (a data group file written by the test)
+points at a corrupt mp4, so 2 trials train and 2 fail. It runs one trial at a time, is interrupted with Ctrl+C
+(SIGINT) once the first trial has finished, and is started again with the same command, which resumes it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from raystream.config import config_dir
+
+pytestmark = pytest.mark.slow
+
+OVERRIDES = ["sweep=smoke", "stream.order=shuffled", "+sweep.grid.data=[moving_digits,broken]",
+             "sweep.max_concurrent_trials=1", "trainer.max_steps=6", "trainer.checkpoint_every=3",
+             "eval.probe_epochs=5", "eval.max_probe_samples=100"]
+
+
+def _env(tmp: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    env.update(RAYSTREAM_CONFIG_DIR=str(tmp / "sweeps"), PYTHONUNBUFFERED="1")
+    return env
+
+
+def _children(client, parent_id=None):
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, filter_string="tags.`raystream.role` = 'trial'") if experiments else []
+    return [r for r in runs if parent_id is None or r.data.tags.get("mlflow.parentRunId") == parent_id]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("e2e")
+    shutil.copytree(config_dir(), tmp / "sweeps")
+    bad = tmp / "bad.mp4"
+    bad.write_bytes(b"\x00\x00\x00\x18ftypmp42 this is not a video" * 50)
+    (tmp / "sweeps" / "data" / "broken.yaml").write_text(f"name: broken\nvideos: [{bad}]\n")
+    cmd = [sys.executable, "-m", "raystream.cli", "sweep", *OVERRIDES]
+    db = tmp / "mlflow.db"
+
+    # Phase 1: run until the first trial's MLflow child run is FINISHED, then Ctrl+C.
+    t0 = time.time()
+    log1 = open(tmp / "phase1.log", "w")
+    proc = subprocess.Popen(cmd, cwd=tmp, env=_env(tmp), stdout=log1, stderr=subprocess.STDOUT)
+    first = None
+    while time.time() - t0 < 400 and proc.poll() is None and first is None:
+        time.sleep(3)
+        if db.exists():
+            try:
+                done = [r for r in _children(MlflowClient(f"sqlite:///{db}")) if r.info.status == "FINISHED"]
+            except Exception:  # the store is still being created
+                done = []
+            first = done[0] if done else None
+    assert first is not None, (tmp / "phase1.log").read_text()[-3000:]
+    proc.send_signal(signal.SIGINT)
+    rc1 = proc.wait(timeout=180)
+    phase1 = time.time() - t0
+
+    # Phase 2: the same command again resumes the sweep.
+    t1 = time.time()
+    out = subprocess.run(cmd, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=600)
+    return {"tmp": tmp, "rc1": rc1, "first": first, "out": out, "client": MlflowClient(f"sqlite:///{db}"),
+            "phase1_s": phase1, "phase2_s": time.time() - t1, "phase2_start_ms": t1 * 1000}
+
+
+def _parent(sweep):
+    client = sweep["client"]
+    return client.get_run(sweep["first"].data.tags["mlflow.parentRunId"])
+
+
+def test_interrupted_sweep_resumes_without_redoing_finished_trials(sweep):
+    out = sweep["out"]
+    assert sweep["rc1"] == 130, (sweep["tmp"] / "phase1.log").read_text()[-3000:]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "(resumed)" in out.stdout
+    assert "2 trials finished, 2 failed" in out.stdout
+    first_trial = sweep["first"].data.tags["raystream.trial_id"]
+    runs_of_first = [r for r in _children(sweep["client"]) if r.data.tags["raystream.trial_id"] == first_trial]
+    assert len(runs_of_first) == 1  # not run again
+    assert runs_of_first[0].info.end_time < sweep["phase2_start_ms"]
+
+
+def test_failing_trials_are_recorded_and_do_not_stop_the_others(sweep):
+    out, parent = sweep["out"], _parent(sweep)
+    failed_lines = [line for line in out.stdout.splitlines() if line.startswith("  failed trial ")]
+    assert len(failed_lines) == 2, out.stdout[-3000:]
+    assert all("'data': 'broken'" in line and "bad.mp4" in line for line in failed_lines), failed_lines
+    assert parent.data.tags["raystream.trials_failed"] == "2"
+    assert parent.data.tags["raystream.trials_finished"] == "2"
+    assert parent.info.status == "FINISHED"
+
+
+def test_mlflow_parent_and_child_runs(sweep):
+    client, parent = sweep["client"], _parent(sweep)
+    tags, params = parent.data.tags, parent.data.params
+    assert tags["raystream.role"] == "sweep" and tags["raystream.sweep"] == "smoke"
+    assert parent.info.run_name == tags["raystream.sweep_run"] and parent.info.run_name.startswith("smoke-")
+    assert len(tags["mlflow.source.git.commit"]) >= 7
+    assert params["sweep.grid.data"] == '["moving_digits", "broken"]'
+    assert params["sweep.collapsed.stream.order"] == "shuffled"
+    assert "sweep/smoke.yaml" in {a.path for a in client.list_artifacts(parent.info.run_id, "sweep")}
+    children = [r for r in _children(client, parent.info.run_id) if r.info.status == "FINISHED"]
+    assert sorted(r.data.tags["raystream.grid.optimizer.name"] for r in children) == ["adamw", "orthogonal_adamw"]
+    for child in children:
+        assert child.data.params["stream.order"] == "shuffled"
+        assert child.data.params["optimizer.name"] == child.data.tags["raystream.grid.optimizer.name"]
+        assert {"loss", "eval/knn_top1", "eval/linear_top1"} <= set(child.data.metrics)
+        assert len(client.get_metric_history(child.info.run_id, "loss")) == 6
+        assert len(client.get_metric_history(child.info.run_id, "grad_cos_prev")) >= 4
+
+
+def test_report_table_printed_written_and_logged(sweep):
+    out, parent, tmp = sweep["out"], _parent(sweep), sweep["tmp"]
+    lines = out.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("| optimizer.name | data | n |"))
+    assert "eval/knn_top1" in header and header.rstrip().endswith("| loss |")
+    assert any(line.startswith("| adamw | moving_digits | 1 |") for line in lines)
+    assert any(line.startswith("| orthogonal_adamw | broken | 0 (1 failed) |") for line in lines)
+    assert f"mlflow ui --backend-store-uri sqlite:///{tmp / 'mlflow.db'}" in out.stdout
+    report_dir = tmp / "reports" / parent.info.run_name
+    assert (report_dir / "report.md").read_text().count("\n| ") == 5
+    assert (report_dir / "report.csv").exists() and (report_dir / "grad_cos_hist.png").exists()
+    logged = {a.path for a in sweep["client"].list_artifacts(parent.info.run_id, "report")}
+    assert {"report/report.md", "report/report.csv", "report/grad_cos_hist.png"} <= logged
+    # `raystream report` reads it back from MLflow alone (no Ray).
+    again = subprocess.run([sys.executable, "-m", "raystream.cli", "report", "--experiment", "raystream",
+                            "--out", str(tmp / "again")], cwd=tmp, env=_env(tmp), capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert header in again.stdout

@@ -1,0 +1,54 @@
+"""build_optimizer: every optimizer name, and every shipped optimizer preset composes and builds what it says."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from raystream.optim import OrthogonalAdamW, OrthogonalSGD, SlowerAdamW, build_optimizer
+from raystream.optim.config import OptimizerConfig
+
+PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "sweeps" / "optimizer").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("adamw", torch.optim.AdamW), ("sgd", torch.optim.SGD), ("orthogonal_adamw", OrthogonalAdamW),
+    ("orthogonal_sgd", OrthogonalSGD), ("slower_adamw", SlowerAdamW),
+])
+def test_build_optimizer_by_name(name, cls):
+    cfg = OptimizerConfig(name=name, lr=0.02, weight_decay=0.03, momentum=0.5, orth_beta=0.7, projection="per_tensor")
+    opt = build_optimizer([torch.nn.Parameter(torch.ones(3))], cfg, diagnostics=True)
+    assert type(opt) is cls
+    group = opt.param_groups[0]
+    assert group["lr"] == 0.02 and group["weight_decay"] == 0.03
+    if name.startswith("orthogonal"):
+        assert group["orth_beta"] == 0.7 and opt.projection == "per_tensor"
+    if name in ("sgd", "orthogonal_sgd"):
+        assert group["momentum"] == 0.5
+    if name in ("orthogonal_adamw", "orthogonal_sgd", "slower_adamw"):
+        assert set(opt.diagnostics()) == {"grad_cos_prev", "grad_cos_ema", "update_norm_ratio"}
+
+
+def test_unknown_name_is_named():
+    with pytest.raises(ValueError, match="optimizer.name = 'lion'"):
+        build_optimizer([torch.nn.Parameter(torch.ones(1))], OptimizerConfig(name="lion"))
+
+
+def test_every_preset_composes_and_builds():
+    from raystream.config import ConfigError, compose
+
+    expected = {"adamw", "sgd", "orthogonal_adamw", "orthogonal_sgd", "slower_adamw", "orthogonal_adamw_official"}
+    assert expected <= set(PRESETS)
+    for preset in PRESETS:
+        cfg = compose([f"optimizer={preset}"]).optimizer
+        opt = build_optimizer([torch.nn.Parameter(torch.ones(4, 2))], cfg)
+        assert opt.param_groups[0]["lr"] == cfg.lr
+    official = compose(["optimizer=orthogonal_adamw_official"]).optimizer
+    opt = build_optimizer([torch.nn.Parameter(torch.ones(4, 2))], official)
+    assert isinstance(opt, OrthogonalAdamW) and (opt.projection, opt.orth_init) == ("dim0", "first_grad")
+    paper = build_optimizer([torch.nn.Parameter(torch.ones(4, 2))], compose(["optimizer=orthogonal_adamw"]).optimizer)
+    assert (paper.projection, paper.orth_init) == ("global", "zero")
+    for bad, key in [("optimizer.betas=[0.9,1.0]", "optimizer.betas"), ("optimizer.eps=-1", "optimizer.eps"),
+                     ("optimizer.momentum=-0.1", "optimizer.momentum")]:
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            compose([bad])

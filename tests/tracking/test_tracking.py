@@ -1,0 +1,93 @@
+"""MLflow set-up on a real sqlite store in a temp dir: URIs, nested/resumed runs, exactly-once steps, plots."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+from raystream.tracking import StepLogger, grad_cosine_plots, names, start_run, tracking_uri
+from raystream.tracking import client as make_client
+from raystream.tracking.plots import history
+
+
+def test_tracking_uri_precedence(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking_uri(None) == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///rel/x.db")
+    assert tracking_uri(None) == f"sqlite:///{tmp_path / 'rel' / 'x.db'}"
+
+    class Node:
+        tracking_uri = "http://mlflow.example:5000"
+
+    class Cfg:
+        mlflow = Node
+
+    assert tracking_uri(Cfg) == "http://mlflow.example:5000"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One sqlite store for the module: creating its tables takes seconds."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    return uri, make_client(uri)
+
+
+def test_child_run_nests_under_parent_and_resumes(store, tmp_path):
+    uri, client = store
+    parent = client.create_run(client.create_experiment("sweep", artifact_location=(tmp_path / "a").as_uri()))
+    parent_id = parent.info.run_id
+    run_id = start_run(client, experiment="ignored-for-children", uri=uri, run_name="trial-1",
+                       parent_run_id=parent_id, tags={"k": "v"})
+    run = client.get_run(run_id)
+    assert run.data.tags[names.PARENT_RUN_TAG] == parent_id
+    assert run.data.tags[names.TAG_RUN_NAME] == "trial-1" and run.data.tags["k"] == "v"
+    assert run.info.experiment_id == parent.info.experiment_id and run.info.run_name == "trial-1"
+    client.set_terminated(run_id, "KILLED")
+    assert start_run(client, experiment="x", uri=uri, run_name="trial-1", resume_run_id=run_id) == run_id
+    assert client.get_run(run_id).info.status == "RUNNING"
+    other = start_run(client, experiment="solo", uri=uri, run_name="r", resume_run_id="0" * 32)
+    assert other != run_id
+    exp = client.get_experiment(client.get_run(other).info.experiment_id)
+    assert exp.name == "solo" and exp.artifact_location == (Path(uri[len("sqlite:///"):]).parent / "mlruns").as_uri()
+
+
+def test_step_logger_records_each_step_once_across_restarts(store):
+    uri, client = store
+    run_id = start_run(client, experiment="e", uri=uri, run_name="r")
+    first = StepLogger(uri, run_id)
+    for step in range(5):
+        first.log({"loss": 1.0 / (step + 1), "grad_cos_prev": math.nan if step == 0 else 0.5}, step)
+    first.flush()
+    # a restarted loop replays steps 3.. from its checkpoint: the replayed steps are dropped, new ones kept
+    second = StepLogger(uri, run_id)
+    assert second.last_step("loss") == 4 and second.last_step("grad_cos_prev") == 4
+    for step in range(3, 8):
+        second.log({"loss": 1.0 / (step + 1), "grad_cos_prev": 0.5}, step)
+    second.log({"loss": 123.0}, 7)  # the same step twice in one attempt is also dropped
+    second.flush()
+    loss = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss"))
+    assert [s for s, _ in loss] == list(range(8))
+    assert loss[7][1] == pytest.approx(1 / 8)
+    assert sorted(m.step for m in client.get_metric_history(run_id, "grad_cos_prev")) == list(range(1, 8))
+
+
+def test_grad_cosine_plots_are_written(store, tmp_path):
+    uri, client = store
+    run_id = start_run(client, experiment="e", uri=uri, run_name="r")
+    logger = StepLogger(uri, run_id)
+    for step in range(30):
+        logger.log({names.GRAD_COS_PREV: math.cos(step / 5), names.GRAD_COS_EMA: 0.1}, step)
+    logger.flush()
+    series = history(client, run_id)
+    assert len(series[names.GRAD_COS_PREV]) == 30
+    files = grad_cosine_plots(series, tmp_path / "plots", title="t")
+    assert [f.name for f in files] == ["grad_cosine.png", "grad_cosine_hist.png"]
+    assert all(f.stat().st_size > 1000 and f.read_bytes()[:4] == b"\x89PNG" for f in files)
+    assert grad_cosine_plots({}, tmp_path / "none") == [] and not Path(tmp_path / "none").exists()
+
+
+def test_in_stream_average_names():
+    assert names.in_stream_average_name("in_stream/mse") == "eval/mse_in_stream"
+    assert names.in_stream_average_name("loss") == "eval/loss_in_stream"
+    assert names.eval_name("knn_top1") == "eval/knn_top1" == names.eval_name("eval/knn_top1")

@@ -1,0 +1,178 @@
+"""Ray Train end to end on a real local Ray cluster (2 CPUs), tiny VideoMAE on the demo stream, real MLflow (sqlite).
+
+Three runs (6 steps of a global batch of 4, checkpoints every 2 steps), kept few because each Ray Train run costs
+a controller and a worker group:
+    single  1 worker  x 4 clips; the worker raises once before step 3 (RAYSTREAM_FAIL_AT_STEP) and Ray Train
+            restarts it from the step-2 checkpoint
+    ddp     2 workers x 2 clips, uninterrupted, knn probe every 3 steps: the reference the others must equal
+    killed  `raystream train` in a subprocess (1 worker), SIGKILLed after its first checkpoint, then the same run
+            name again in-process: resumes, and ends equal to `single`
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from raystream.config import ConfigError
+from raystream.tracking import client as make_client
+from raystream.train.run import fit
+
+pytestmark = pytest.mark.slow
+
+STEPS = 6
+
+
+def params_of(result) -> dict:
+    return torch.load(Path(result["checkpoint_path"]) / "model.pt", weights_only=True)
+
+
+def initial_params(cfg) -> dict:
+    from raystream.models import build_scenario
+
+    return {k: v.detach().clone() for k, v in
+            build_scenario(cfg.scenario, cfg.stream, seed=int(cfg.trainer.seed)).model.state_dict().items()}
+
+
+def assert_same_params(a: dict, b: dict, atol: float, start: dict = None, of_movement: float = None) -> None:
+    """max |a - b| <= atol and, given the initial parameters, <= `of_movement` x how far training moved them."""
+    assert a.keys() == b.keys()
+    worst = max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+    print(f"max |param difference| = {worst:.3g}")
+    assert worst <= atol, f"parameters differ by up to {worst:g} (> {atol:g})"
+    if start is not None:
+        moved = max((a[k].float() - start[k].float()).abs().max().item() for k in a)
+        print(f"max |param movement| = {moved:.3g}")
+        assert worst <= of_movement * moved, f"difference {worst:g} > {of_movement} x movement {moved:g}"
+
+
+def steps_logged(workdir, run_id: str, key: str = "loss") -> list:
+    client = make_client(workdir["mlflow"])
+    return sorted(m.step for m in client.get_metric_history(run_id, key))
+
+
+@pytest.fixture(scope="module")
+def single(ray_cluster, tiny):
+    hooks = {"RAYSTREAM_FAIL_AT_STEP": "3", "RAYSTREAM_FAIL_RANK": "0"}
+    saved = {k: os.environ.get(k) for k in hooks}
+    os.environ.update(hooks)
+    try:
+        return fit(tiny("trainer.num_workers=1"), run_name="single")
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+@pytest.fixture(scope="module")
+def ddp(ray_cluster, tiny):
+    cfg = tiny("trainer.num_workers=2", "eval.metrics=[knn]", "eval.every=3", "eval.max_probe_samples=40")
+    return fit(cfg, run_name="ddp", mlflow_tags={"purpose": "test"})
+
+
+def test_one_worker_with_a_restart_matches_two_uninterrupted_workers(single, ddp, tiny, workdir):
+    assert single["steps_done"] == ddp["steps_done"] == STEPS
+    # 1 x 4 clips vs 2 x 2 clips (DDP): the same global gradient, so the same parameters up to float rounding
+    # (Adam's normalisation makes that ~1e-5 here); and the 1-worker run was killed before step 3 and restarted
+    # from its checkpoint on top of that. A restore that lost the optimizer state or the stream position moves
+    # the parameters by a sizeable fraction of how far 6 steps move them at all.
+    assert_same_params(params_of(single), params_of(ddp), atol=1e-4, start=initial_params(tiny()), of_movement=0.02)
+    client = make_client(workdir["mlflow"])
+    losses = [[m.value for m in sorted(client.get_metric_history(r["mlflow_run_id"], "loss"), key=lambda m: m.step)]
+              for r in (single, ddp)]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4)  # step by step, including those after the restart
+    assert single["eval/loss_in_stream"] == pytest.approx(ddp["eval/loss_in_stream"], rel=1e-4)
+
+
+def test_fault_injection_restarts_from_checkpoint_and_logs_each_step_once(single, workdir):
+    assert (Path(workdir["storage"]) / "single" / ".fault_injected_step3").is_file()
+    assert single["start_step"] == 2  # the restarted attempt began at the checkpoint written after 2 steps
+    # step 2 ran twice (before the failure and after the restart) but MLflow holds it once
+    for key in ("loss", "lr", "grad_norm"):
+        assert steps_logged(workdir, single["mlflow_run_id"], key) == list(range(STEPS)), key
+    assert steps_logged(workdir, single["mlflow_run_id"], "grad_cos_prev") == list(range(1, STEPS))
+    run = make_client(workdir["mlflow"]).get_run(single["mlflow_run_id"])
+    assert run.info.status == "FINISHED"
+
+
+def test_mlflow_run_holds_params_metrics_and_artifacts(ddp, workdir):
+    client = make_client(workdir["mlflow"])
+    run = client.get_run(ddp["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.info.run_name == "ddp"
+    assert run.data.tags["purpose"] == "test" and run.data.tags["raystream.run_dir"].endswith("/ddp")
+    params = run.data.params
+    assert params["trainer.num_workers"] == "2" and params["optimizer.name"] == "orthogonal_adamw"
+    assert params["stream.batch_size"] == "4" and params["trainer.run_name"] == "ddp"
+    for key in ("loss", "lr", "grad_norm", "clips_per_s", "update_norm_ratio"):
+        assert steps_logged(workdir, run.info.run_id, key) == list(range(STEPS)), key
+    for key in ("grad_cos_prev", "grad_cos_ema"):  # undefined at step 0
+        assert steps_logged(workdir, run.info.run_id, key) == list(range(1, STEPS)), key
+    assert steps_logged(workdir, run.info.run_id, "eval/knn_top1") == [2, 5]  # every 3 steps, and at the end
+    assert 0.0 <= ddp["eval/knn_top1"] <= 1.0
+    assert run.data.metrics["eval/loss_in_stream"] == pytest.approx(ddp["eval/loss_in_stream"])
+    lrs = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "lr"), key=lambda m: m.step)]
+    assert lrs[0] == pytest.approx(5e-4) and lrs[1] == pytest.approx(1e-3) and lrs[-1] < lrs[2]  # warm-up, cosine
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert artifacts == {"config.yaml", "plots", "checkpoint"}
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "plots")} == {
+        "plots/grad_cosine.png", "plots/grad_cosine_hist.png"}
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "checkpoint")} == {
+        "checkpoint/model.pt", "checkpoint/meta.json"}
+    config_yaml = Path(client.download_artifacts(run.info.run_id, "config.yaml", str(workdir["dir"]))).read_text()
+    assert "run_name: ddp" in config_yaml and "batch_size: 4" in config_yaml
+
+
+def test_checkpoints_keep_last_k_and_hold_the_stream_state(ddp):
+    run_dir = Path(ddp["run_dir"])
+    assert sorted(p.name for p in run_dir.glob("checkpoint_0*")) == ["checkpoint_00000004", "checkpoint_00000006"]
+    ckpt = Path(ddp["checkpoint_path"])
+    meta = json.loads((ckpt / "meta.json").read_text())
+    assert meta["next_step"] == STEPS and meta["stream"]["step"] == STEPS and meta["finished"]
+    assert meta["mlflow_run_id"] == ddp["mlflow_run_id"] and meta["world_size"] == 2
+    state = torch.load(ckpt / "train_state.pt", weights_only=True)
+    assert any("orth_ema" in s for s in state["optimizer"]["state"].values()), "no orthogonal EMA in the checkpoint"
+    assert state["scheduler"]["last_epoch"] == STEPS and "rng" in state
+
+
+def test_rerun_of_killed_driver_resumes_from_last_checkpoint(ray_cluster, tiny, tiny_overrides, single, workdir):
+    overrides = tiny_overrides("trainer.num_workers=1", "trainer.run_name=killed")
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_STEP_DELAY_S": "2"}
+    env.pop("RAYSTREAM_FAIL_AT_STEP", None)
+    run_dir = Path(workdir["storage"]) / "killed"
+    driver = subprocess.Popen([sys.executable, "-m", "raystream.cli", "train", *overrides], env=env,
+                              cwd=workdir["dir"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 150
+        snapshot = run_dir / "checkpoint_manager_snapshot.json"  # the controller has registered the checkpoint
+        while not (snapshot.is_file() and "checkpoint_00000002" in snapshot.read_text()):
+            assert driver.poll() is None, f"driver exited early with {driver.returncode}"
+            assert time.time() < deadline, "no checkpoint within 150 s"
+            time.sleep(0.5)
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    first_id = json.loads((run_dir / "raystream_run.json").read_text())["mlflow_run_id"]
+
+    resumed = fit(tiny("trainer.num_workers=1"), run_name="killed")
+    assert resumed["start_step"] >= 2
+    assert resumed["mlflow_run_id"] == first_id  # the same MLflow run continues
+    assert steps_logged(workdir, first_id) == list(range(STEPS))
+    assert_same_params(params_of(resumed), params_of(single), atol=1e-6)
+
+
+def test_preflight_fails_before_any_worker_starts(ray_cluster, tiny, workdir):
+    with pytest.raises(ConfigError, match="trainer.num_workers` = 4"):
+        fit(tiny("trainer.num_workers=4"), run_name="too-many")
+    with pytest.raises(ConfigError, match="trainer.use_gpu"):
+        fit(tiny("trainer.use_gpu=true"), run_name="no-gpu")
+    cfg = tiny("trainer.num_workers=2")
+    cfg.trainer.num_workers = 3  # as a Tune search space might set it
+    with pytest.raises(ConfigError, match="not divisible"):
+        fit(cfg, run_name="indivisible")
+    for name in ("too-many", "no-gpu", "indivisible"):
+        assert not (Path(workdir["storage"]) / name).exists()

@@ -1,0 +1,55 @@
+"""Checks that fail on the driver, naming the key, before any worker starts."""
+
+import pytest
+
+from raystream.config import ConfigError, compose
+from raystream.train.preflight import check_resources
+
+
+def test_more_workers_than_cluster_cpus_names_the_key():
+    cfg = compose(["trainer.num_workers=4", "stream.batch_size=8"])
+    with pytest.raises(ConfigError, match=r"trainer.num_workers` = 4 .* needs 4 CPUs but the Ray cluster has 2"):
+        check_resources(cfg.trainer, {"CPU": 2.0})
+    check_resources(cfg.trainer, {"CPU": 4.0})
+
+
+def test_cpus_per_worker_counts():
+    cfg = compose(["trainer.num_workers=2", "trainer.cpus_per_worker=2", "stream.batch_size=8"])
+    with pytest.raises(ConfigError, match="cpus_per_worker"):
+        check_resources(cfg.trainer, {"CPU": 3.0})
+
+
+def test_gpus_asked_for_but_missing():
+    cfg = compose(["trainer.use_gpu=true"])
+    with pytest.raises(ConfigError, match=r"trainer.use_gpu` = true .* needs 1 GPUs but the Ray cluster has 0"):
+        check_resources(cfg.trainer, {"CPU": 8.0})
+    check_resources(cfg.trainer, {"CPU": 8.0, "GPU": 1.0})
+
+
+@pytest.mark.parametrize("override, key", [
+    ("trainer.max_steps=0", "trainer.max_steps"),
+    ("trainer.log_every=0", "trainer.log_every"),
+    ("trainer.report_every=0", "trainer.report_every"),
+    ("trainer.cpus_per_worker=0", "trainer.cpus_per_worker"),
+    ("trainer.run_name=a/b", "trainer.run_name"),
+    ("trainer.ray_log_level=LOUD", "trainer.ray_log_level"),
+])
+def test_trainer_ranges(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        compose([override])
+
+
+def test_batch_not_divisible_by_workers():
+    with pytest.raises(ConfigError, match=r"stream.batch_size` = 4 is not divisible by `trainer.num_workers` = 3"):
+        compose(["stream.batch_size=4", "trainer.num_workers=3"])
+
+
+def test_main_reports_bad_videos_before_ray_starts(tmp_path, capsys):
+    from raystream.train.run import main
+
+    cfg = compose([f"data.videos={tmp_path / 'missing.mp4'}", f"trainer.storage_path={tmp_path / 'results'}",
+                   f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"])
+    assert main(cfg) == 2
+    err = capsys.readouterr().err
+    assert "raystream train:" in err and "missing.mp4" in err
+    assert not (tmp_path / "results").exists() and not (tmp_path / "mlflow.db").exists()

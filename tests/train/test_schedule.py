@@ -1,0 +1,55 @@
+"""Warm-up + cosine learning-rate schedule."""
+
+import math
+
+import pytest
+import torch
+
+from raystream.train.schedule import WarmupCosine, build_scheduler
+
+
+def test_warmup_is_linear_and_first_step_moves():
+    f = WarmupCosine(total_steps=100, warmup_steps=10, min_lr_ratio=0.01)
+    assert [f(t) for t in range(3)] == pytest.approx([0.1, 0.2, 0.3])
+    assert f(9) == pytest.approx(1.0)
+
+
+def test_cosine_decays_to_min_ratio_at_last_step():
+    f = WarmupCosine(total_steps=100, warmup_steps=10, min_lr_ratio=0.01)
+    assert f(10) == pytest.approx(1.0)
+    mid = 10 + (99 - 10) / 2
+    assert f(int(mid)) == pytest.approx(0.01 + 0.99 * 0.5 * (1 + math.cos(math.pi * (int(mid) - 10) / 89)))
+    assert f(99) == pytest.approx(0.01)
+    values = [f(t) for t in range(10, 100)]
+    assert all(a >= b for a, b in zip(values, values[1:]))
+
+
+def test_warmup_longer_than_run_is_capped():
+    f = WarmupCosine(total_steps=4, warmup_steps=10, min_lr_ratio=0.0)
+    assert [f(t) for t in range(4)] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+
+
+def test_no_warmup_and_single_step():
+    assert WarmupCosine(5, 0, 0.1)(0) == pytest.approx(1.0)
+    assert WarmupCosine(1, 0, 0.1)(0) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="total_steps"):
+        WarmupCosine(0, 0, 0.1)
+
+
+def test_scheduler_state_round_trip_continues_identically():
+    class Cfg:
+        warmup_steps, min_lr_ratio = 3, 0.1
+
+    def make():
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5)
+        return opt, build_scheduler(opt, Cfg, total_steps=20)
+
+    opt, sched = make()
+    for _ in range(7):
+        opt.step()
+        sched.step()
+    opt2, sched2 = make()
+    sched2.load_state_dict(sched.state_dict())
+    for _ in range(5):
+        opt.step(), sched.step(), opt2.step(), sched2.step()
+        assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]

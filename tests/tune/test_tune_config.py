@@ -1,0 +1,98 @@
+"""Sweep files: the shipped ones validate and expand to the intended trials; bad ones fail before Ray starts,
+with a message naming the key."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from raystream.config import ConfigError, compose
+from raystream.tune.config import SampleSpec, parse_sample
+from raystream.tune.space import plan
+
+SHIPPED = {"smoke": 4, "paper_table": 54, "beta": 12, "batch_size": 32, "slower_adamw": 9, "projection": 6}
+
+
+@pytest.mark.parametrize("name, trials", sorted(SHIPPED.items()))
+def test_shipped_sweeps_validate_and_plan(name, trials):
+    cfg = compose([f"sweep={name}"])
+    p = plan(cfg, [f"sweep={name}"])
+    assert p.name == name
+    assert p.num_trials == trials
+    assert len({tuple(sorted(c.values.items())) for c in p.cells}) == len(p.cells)
+
+
+def test_smoke_is_adamw_vs_orthogonal_x_sequential_vs_shuffled():
+    p = plan(compose([]))
+    assert [c.values for c in p.cells] == [
+        {"optimizer.name": "adamw", "stream.order": "batch_along_time"},
+        {"optimizer.name": "adamw", "stream.order": "shuffled"},
+        {"optimizer.name": "orthogonal_adamw", "stream.order": "batch_along_time"},
+        {"optimizer.name": "orthogonal_adamw", "stream.order": "shuffled"},
+    ]
+    for c in p.cells:  # the grid values and the sweep's fixed settings reach each cell's config
+        assert c.config["optimizer"]["name"] == c.values["optimizer.name"]
+        assert c.config["trainer"]["max_steps"] == 30
+
+
+BAD = [
+    ("grid:\n  stream.order: shuffled\n", "sweep.grid.stream.order", "a list"),
+    ("grid:\n  stream.order: []\n", "sweep.grid.stream.order", "non-empty"),
+    ("grid:\n  stream.bogus: [1, 2]\n", "sweep.grid.stream.bogus", "not a config key"),
+    ("grid:\n  optimizer.orth_beta: [0.5, 1.5]\n", "sweep.grid.optimizer.orth_beta", r"\[0, 1\)"),
+    ("grid:\n  stream.batch_size: [4, many]\n", "sweep.grid.stream.batch_size", "many"),
+    ("grid:\n  lr: [1, 2]\n", "sweep.grid.lr", "dotted config key"),
+    ("grid:\n  optimizer: [adamw, nope]\n", "sweep.grid", "nope"),
+    ("sample:\n  optimizer.lr: logunifrm(1e-5, 1e-3)\n", "sweep.sample.optimizer.lr", "loguniform"),
+    ("sample:\n  optimizer.lr: loguniform(1e-3, 1e-5)\n", "sweep.sample.optimizer.lr", "low < high"),
+    ("sample:\n  optimizer.orth_beta: uniform(0.5, 2.0)\n", "sweep.sample.optimizer.orth_beta", r"\[0, 1\)"),
+    ("sample:\n  optimizer.lr: loguniform(1e-5, 1e-3)\ngrid:\n  optimizer.lr: [0.1]\n",
+     "sweep.sample.optimizer.lr", "not also a grid axis"),
+    ("fixed:\n  trainer.max_stepz: 3\n", "sweep.fixed.trainer.max_stepz", "not a config key"),
+    ("num_samples: 0\n", "sweep.num_samples", ">= 1"),
+    ("num_samples: 3\ngrid:\n  stream.order: [shuffled]\n", "sweep.num_samples", "no `sample` axes"),
+    ("mode: lowest\n", "sweep.mode", "min or max"),
+    ("scheduler: hyperband\n", "sweep.scheduler", "asha"),
+    ("scheduler: asha\nmetric: eval/knn_top1\nmode: max\n", "sweep.metric", "per-step metric"),
+    ("max_concurrent_trials: 0\n", "sweep.max_concurrent_trials", ">= 1"),
+]
+
+
+@pytest.mark.parametrize("body, key, expected", BAD, ids=[b[1] + "-" + str(i) for i, b in enumerate(BAD)])
+def test_bad_sweep_files_are_rejected_naming_the_key(sweeps_dir, body, key, expected):
+    sweeps_dir("bad", "name: bad\n" + body)
+    with pytest.raises(ConfigError) as info:
+        cfg = compose(["sweep=bad"])
+        plan(cfg, ["sweep=bad"])
+    message = str(info.value)
+    assert key in message, message
+    assert re.search(expected, message), message
+
+
+def test_cli_rejects_a_bad_sweep_before_ray_starts(sweeps_dir):
+    sweeps_dir("bad", "name: bad\ngrid:\n  stream.bogus: [1, 2]\n")
+    out = subprocess.run([sys.executable, "-m", "raystream.cli", "sweep", "sweep=bad"], capture_output=True,
+                         text=True, env={**os.environ}, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "sweep.grid.stream.bogus" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert "Ray" not in out.stdout + out.stderr  # failed before ray.init
+
+
+@pytest.mark.parametrize("text, spec", [
+    ("loguniform(1e-5, 1e-3)", SampleSpec("loguniform", (1e-5, 1e-3))),
+    ("uniform(0, 0.99)", SampleSpec("uniform", (0, 0.99))),
+    ("randint(1, 4)", SampleSpec("randint", (1, 4))),
+    ("choice([global, per_tensor])", None),
+    ("choice(['global', 'per_tensor'])", SampleSpec("choice", (["global", "per_tensor"],))),
+])
+def test_parse_sample(text, spec):
+    if spec is None:
+        with pytest.raises(ValueError, match="literals"):
+            parse_sample(text)
+    else:
+        assert parse_sample(text) == spec

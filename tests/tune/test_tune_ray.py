@@ -1,0 +1,79 @@
+"""The tune layer on a real local Ray cluster, with a small stand-in for `raystream.train.run.fit`
+(tune_tiny_fit.py: a real TorchTrainer run and a real MLflow child run, no video pipeline): Optuna's sampled
+values reach the trials and MLflow, ASHA stops poor trials early, and the stopped trials' Train workers are given
+back (every placement group removed, every CPU free again) so the other trials run."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import ray
+import ray.cloudpickle
+from mlflow import MlflowClient
+from ray.util.placement_group import placement_group_table
+
+import tune_tiny_fit
+from raystream.config import compose
+from raystream.tune.sweep import run_sweep
+
+pytestmark = pytest.mark.slow
+
+SWEEP = """name: tiny_asha
+grid:
+  optimizer.name: [adamw, orthogonal_adamw]
+sample:
+  optimizer.lr: loguniform(1e-4, 3e-2)
+num_samples: 2
+fixed:
+  trainer.max_steps: 6
+  trainer.log_every: 300   # tune_tiny_fit: ms between steps, so stopping early saves time
+scheduler: asha
+grace_period: 1
+reduction_factor: 2
+metric: loss
+mode: min
+"""
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False)  # no dashboard: Ray Train's own PG cleaner cannot work
+    ray.cloudpickle.register_pickle_by_value(tune_tiny_fit)  # trials import it by value, not from tests/
+    yield
+    ray.shutdown()
+
+
+def test_optuna_asha_sweep_releases_stopped_trials_workers(local_ray, sweeps_dir, mlflow_uri, tmp_path,
+                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.3")
+    sweeps_dir("tiny_asha", SWEEP)
+    cfg = compose(["sweep=tiny_asha"])
+    outcome = run_sweep(cfg, ["sweep=tiny_asha"], fit=tune_tiny_fit.fit, verbose=0)
+
+    assert [t.status for t in outcome.trials] == ["finished"] * 4
+    iterations = {t.trial_id: t.metrics["training_iteration"] for t in outcome.trials}
+    assert min(iterations.values()) < 6 <= max(iterations.values()), iterations  # ASHA stopped some early
+    per_cell = sorted(t.config["optimizer.name"] for t in outcome.trials)
+    assert per_cell == ["adamw", "adamw", "orthogonal_adamw", "orthogonal_adamw"]
+
+    client = MlflowClient(mlflow_uri)
+    parent = client.get_run(outcome.parent_run_id)
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{outcome.parent_run_id}'")
+    assert len(children) == 4
+    for t in outcome.trials:  # the sampled lr each trial ran with is the one in its MLflow child run
+        child = next(c for c in children if c.data.tags["raystream.trial_id"] == t.trial_id)
+        assert 1e-4 <= t.config["optimizer.lr"] <= 3e-2
+        assert float(child.data.params["optimizer.lr"]) == pytest.approx(t.config["optimizer.lr"])
+        assert child.data.tags["raystream.grid.optimizer.name"] == t.config["optimizer.name"]
+
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        leaked = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+        if not leaked and ray.available_resources().get("CPU") == 2.0:
+            break
+        time.sleep(1)
+    assert not leaked, leaked
+    assert ray.available_resources().get("CPU") == 2.0

@@ -1,0 +1,145 @@
+"""The report, from a real MLflow store populated the way a sweep records it: parent run with the grid, child runs
+tagged with their grid / sampled values; rows over the non-seed grid axes, mean +- std over seeds, best sampled
+trial per seed, failed trials listed, Markdown + CSV + plots written and logged on the parent run."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import statistics
+
+import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Metric
+
+from raystream.config import compose, config_dir
+from raystream.tune import report
+from raystream.tune.report import build_table, find_parent, write_report
+from raystream.tune.space import plan
+from raystream.tune.sweep import TrialOutcome, _finish_parent, _parent_run, trial_tags
+
+SWEEP = """name: rep
+grid:
+  optimizer.name: [adamw, orthogonal_adamw]
+  optimizer.orth_beta: [0.5, 0.9]
+  trainer.seed: [0, 1, 2]
+sample:
+  optimizer.lr: loguniform(1e-4, 1e-2)
+num_samples: 2
+metric: loss
+mode: min
+"""
+
+
+def knn(opt, beta, seed, sample):
+    return 0.3 + (0.2 if opt == "orthogonal_adamw" else 0.0) + 0.1 * beta + 0.01 * seed + 0.001 * sample
+
+
+def loss(opt, beta, seed, sample):
+    return 1.0 - 0.1 * sample + 0.01 * seed  # sample 1 is the better one everywhere
+
+
+@pytest.fixture(scope="module")
+def sweep_store(tmp_path_factory):
+    """A finished sweep in MLflow: 2 x 2 x 3 cells x 2 samples, one trial failed (built once: sqlite is slow)."""
+    tmp = tmp_path_factory.mktemp("report")
+    with pytest.MonkeyPatch.context() as mp:
+        root = tmp / "sweeps"
+        shutil.copytree(config_dir(), root)
+        (root / "sweep" / "rep.yaml").write_text(SWEEP)
+        mp.setenv("RAYSTREAM_CONFIG_DIR", str(root))
+        mlflow_uri = f"sqlite:///{tmp / 'mlflow.db'}"
+        mp.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
+        yield _populate(mlflow_uri)
+
+
+def _populate(mlflow_uri):
+    cfg = compose(["sweep=rep"])
+    p = plan(cfg, ["sweep=rep"])
+    client = MlflowClient(mlflow_uri)
+    parent = _parent_run(mlflow_uri, "reptest", "rep-run", cfg, p, None)
+    exp_id = client.get_run(parent).info.experiment_id
+    info = {"name": "rep", "run_name": "rep-run", "cell_values": [c.values for c in p.cells]}
+    outcomes, n = [], 0
+    for cell in p.cells:
+        opt, beta, seed = (cell.values[k] for k in ("optimizer.name", "optimizer.orth_beta", "trainer.seed"))
+        for sample in range(2):
+            tid = f"t{n:03d}"
+            n += 1
+            lr = 1e-3 * (1 + sample)
+            tags = {**trial_tags(info, cell.index, tid, {"optimizer.lr": lr}), "mlflow.parentRunId": parent}
+            run = client.create_run(exp_id, run_name=f"rep-run-{tid}", tags=tags)
+            client.log_param(run.info.run_id, "optimizer.name", opt)
+            if opt == "adamw" and beta == 0.9 and seed == 2 and sample == 1:
+                client.set_terminated(run.info.run_id, "FAILED")
+                outcomes.append(TrialOutcome(tid, cell.values, {}, "failed", error="FloatingPointError: NaN loss"))
+                continue
+            metrics = [Metric("loss", loss(opt, beta, seed, sample), 0, 5),
+                       Metric("eval/knn_top1", knn(opt, beta, seed, sample), 0, 5)]
+            cos = 0.9 if opt == "adamw" else 0.1
+            metrics += [Metric("grad_cos_prev", cos + 0.01 * s, 0, s) for s in range(1, 5)]
+            client.log_batch(run.info.run_id, metrics=metrics)
+            client.set_terminated(run.info.run_id, "FINISHED")
+            outcomes.append(TrialOutcome(tid, cell.values, {}, "finished"))
+    _finish_parent(client, parent, outcomes)
+    return client, parent
+
+
+def test_table_rows_mean_std_over_seeds_of_the_best_sample(sweep_store):
+    client, parent = sweep_store
+    table = build_table(client, client.get_run(parent))
+    assert table.row_axes == ["optimizer.name", "optimizer.orth_beta"]
+    assert table.seed_axes == ["trainer.seed"]
+    assert table.metrics == ["eval/knn_top1", "loss"]
+    assert [r.key for r in table.rows] == [("adamw", "0.5"), ("adamw", "0.9"), ("orthogonal_adamw", "0.5"),
+                                           ("orthogonal_adamw", "0.9")]
+    row = table.rows[2]
+    assert len(row.trials) == 3 and row.failed == 0
+    expected = [knn("orthogonal_adamw", 0.5, seed, 1) for seed in range(3)]  # sample 1 has the lower loss
+    assert sorted(row.values("eval/knn_top1")) == pytest.approx(expected)
+    failed_row = table.rows[1]
+    assert failed_row.failed == 1
+    assert len(failed_row.trials) == 3  # seed 2 still has its sample-0 trial
+    md = table.to_markdown()
+    mean, std = statistics.mean(expected), statistics.stdev(expected)
+    assert f"| orthogonal_adamw | 0.5 | 3 | 2.00e-03 ± 0.00e+00 | {mean:.4f} ± {std:.4f} |" in md
+    assert "| adamw | 0.9 | 3 (1 failed) |" in md
+    assert "FloatingPointError: NaN loss" in md
+
+
+def test_report_files_plots_and_parent_artifacts(sweep_store, tmp_path):
+    client, parent = sweep_store
+    table, files = write_report(client, client.get_run(parent), str(tmp_path / "out"))
+    names = {f.name for f in files}
+    assert {"report.md", "report.csv", "grad_cos_hist.png", "eval_knn_top1_vs_optimizer.orth_beta.png",
+            "loss_vs_optimizer.orth_beta.png"} <= names
+    with open(tmp_path / "out" / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 4 and rows[1]["failed"] == "1"
+    assert float(rows[3]["eval/knn_top1_mean"]) == pytest.approx(
+        statistics.mean(knn("orthogonal_adamw", 0.9, s, 1) for s in range(3)))
+    logged = {a.path for a in client.list_artifacts(parent, "report")}
+    assert {"report/report.md", "report/report.csv", "report/grad_cos_hist.png"} <= logged
+    assert all(f.stat().st_size > 0 for f in files)
+
+
+def test_report_main_by_experiment_prints_the_table(sweep_store, tmp_path, capsys):
+    client, parent = sweep_store
+    assert find_parent(client, experiment="reptest").info.run_id == parent
+    assert report.main(experiment="reptest", out=str(tmp_path / "o")) == 0
+    out = capsys.readouterr().out
+    assert "| optimizer.name | optimizer.orth_beta | n | optimizer.lr | eval/knn_top1 | loss |" in out
+    assert report.main(experiment="nope", out=str(tmp_path / "o")) == 2
+    assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
+
+
+def test_parent_run_records_name_file_commit_and_grid(sweep_store):
+    client, parent = sweep_store
+    run = client.get_run(parent)
+    assert run.info.run_name == "rep-run" and run.info.status == "FINISHED"
+    assert run.data.params["sweep.grid.optimizer.orth_beta"] == "[0.5, 0.9]"
+    assert run.data.params["sweep.sample.optimizer.lr"] == "loguniform(1e-4, 1e-2)"
+    assert len(run.data.tags["mlflow.source.git.commit"]) >= 7
+    assert run.data.tags["raystream.trials_failed"] == "1"
+    assert {a.path for a in client.list_artifacts(parent, "sweep")} >= {"sweep/rep.yaml", "sweep/trials.json",
+                                                                       "sweep/composed_config.yaml"}

@@ -157,6 +157,9 @@ register_check("optimizer.eps", lambda v: v >= 0, "an epsilon >= 0")
 register_check("optimizer.momentum", lambda v: v >= 0, "a momentum >= 0")
 register_check("optimizer.betas", lambda v: len(v) == 2 and all(0 <= b < 1 for b in v),
                "two Adam betas, each in [0, 1)")
+register_check("optimizer.weight_decay_end", lambda v: v is None or v >= 0,
+               "null (constant weight decay) or a final weight decay >= 0")
+register_check("optimizer.no_decay_1d", lambda v: isinstance(v, bool), "true or false")
 register_check("scenario.name", _one_of("videomae", "future_prediction", "dora"),
                "one of videomae, future_prediction, dora")
 register_check("scenario.backbone.preset", _one_of("tiny", "small", "base", "large"), "tiny, small, base or large")
@@ -170,6 +173,30 @@ register_check("scenario.backbone.init", lambda v: bool(v), "random, a .pt/.safe
 register_check("scenario.decoder_depth", lambda v: v >= 1, "an integer >= 1")
 register_check("scenario.decoder_dim", lambda v: v is None or v >= 1, "null (half the encoder's) or an integer >= 1")
 register_check("scenario.decoder_heads", lambda v: v is None or v >= 1, "null (half the encoder's) or an integer >= 1")
+# scenario.dora.*: the ranges of raystream/models/dora/scenario.py's dora_options, checked here before Ray starts
+# (num_objects <= the backbone's heads needs the built backbone: checked when the scenario is built).
+register_check("scenario.dora.num_objects", lambda v: v >= 1, "an integer >= 1 (at most the backbone's heads)")
+register_check("scenario.dora.local_crops", lambda v: v >= 0, "an integer >= 0")
+register_check("scenario.dora.local_size", lambda v: v is None or v >= 1,
+               "null (stream.resolution // 2) or a size in pixels >= 1")
+for _key in ("local_crop_min", "local_crop_max", "global_crop_min"):
+    register_check(f"scenario.dora.{_key}", lambda v: 0 < v <= 1, "an area fraction in (0, 1]")
+register_check("scenario.dora", lambda v: v.local_crop_min <= v.local_crop_max,
+               "scenario.dora.local_crop_min <= scenario.dora.local_crop_max")
+for _key in ("color_jitter", "grayscale", "flip"):
+    register_check(f"scenario.dora.{_key}", lambda v: 0 <= v <= 1, "a probability in [0, 1]")
+register_check("scenario.dora.out_dim", lambda v: v >= 2, "an integer >= 2")
+for _key in ("hidden_dim", "bottleneck_dim", "head_layers", "sinkhorn_iters"):
+    register_check(f"scenario.dora.{_key}", lambda v: v >= 1, "an integer >= 1")
+register_check("scenario.dora.freeze_last_layer_steps", lambda v: v >= 0, "an integer >= 0 (steps)")
+for _key in ("student_temp", "teacher_temp"):
+    register_check(f"scenario.dora.{_key}", lambda v: v > 0, "a temperature > 0")
+register_check("scenario.dora.center_momentum", lambda v: 0 <= v < 1, "an EMA factor in [0, 1)")
+register_check("scenario.dora.momentum_teacher", lambda v: 0 <= v <= 1, "an EMA factor in [0, 1]")
+register_check("scenario.dora.momentum_steps", lambda v: v is None or v >= 1,
+               "null (the run's total steps) or an integer >= 1")
+register_check("scenario.dora.sinkhorn_epsilon", lambda v: v > 0, "a value > 0")
+register_check("scenario.dora.loss_rule", _one_of("paper", "official"), "paper or official")
 register_check("eval.every", lambda v: v >= 0, "an integer >= 0 (0 = only at the end)")
 register_check("eval.metrics", lambda v: all(m in ("knn", "linear", "attentive") for m in v),
                "a list of knn, linear, attentive")

@@ -4,6 +4,7 @@
     Orthogonal(base_optimizer)       the projection in front of any torch.optim.Optimizer (wrapper.py)
     SlowerAdamW                      the supplementary baseline: AdamW slowed by 1 - cos(g_t, g_{t-1}) (slower.py)
     build_optimizer(params, cfg)     the optimizer a run config names (factory.py)
+    param_groups(model, cfg)         decayed / not decayed (biases, norms, ViT tokens) param groups (groups.py)
     GradCosineTracker(params)        cos(g_t, g_{t-1}) for plain torch optimizers (diagnostics.py)
 
 Pure torch: no Ray, no raystream.config.
@@ -11,10 +12,11 @@ Pure torch: no Ray, no raystream.config.
 
 from raystream.optim.diagnostics import GradCosineTracker
 from raystream.optim.factory import build_optimizer
+from raystream.optim.groups import param_groups
 from raystream.optim.orthogonal import OrthogonalAdamW, project, update_ema
 from raystream.optim.sgd import OrthogonalSGD
 from raystream.optim.slower import SlowerAdamW
 from raystream.optim.wrapper import Orthogonal
 
 __all__ = ["OrthogonalAdamW", "OrthogonalSGD", "SlowerAdamW", "Orthogonal", "build_optimizer", "GradCosineTracker",
-           "project", "update_ema"]
+           "param_groups", "project", "update_ema"]

@@ -3,7 +3,8 @@
 Per-step metrics (MLflow `step` = the global batch index t, 0-based, whatever the number of workers):
     loss, lr, grad_cos_prev (cos of consecutive raw gradients), grad_cos_ema (cos(g_t, c_{t-1}), orthogonal
     optimizers), update_norm_ratio (||u|| / ||g||), grad_norm (before clipping), clips_per_s, in_stream/<m>
-    (the scenario's measure on the incoming batch before the update, e.g. in_stream/mse).
+    (the scenario's measure on the incoming batch before the update, e.g. in_stream/mse), wd (the decayed
+    group's weight decay; only when it is scheduled, optimizer.weight_decay_end set).
 Evaluation metrics (step = the last step trained before the evaluation):
     eval/<m> from scenario.evaluate (eval/knn_top1, eval/linear_top1, eval/psnr_out_of_stream, ...),
     eval/<m>_in_stream (in_stream/<m> averaged over every step of the run), eval/loss_in_stream (same for loss).
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 LOSS = "loss"
 LR = "lr"
+WD = "wd"
 GRAD_COS_PREV = "grad_cos_prev"
 GRAD_COS_EMA = "grad_cos_ema"
 UPDATE_NORM_RATIO = "update_norm_ratio"
 GRAD_NORM = "grad_norm"
 CLIPS_PER_S = "clips_per_s"
-STEP_METRICS = (LOSS, LR, GRAD_COS_PREV, GRAD_COS_EMA, UPDATE_NORM_RATIO, GRAD_NORM, CLIPS_PER_S)
+STEP_METRICS = (LOSS, LR, WD, GRAD_COS_PREV, GRAD_COS_EMA, UPDATE_NORM_RATIO, GRAD_NORM, CLIPS_PER_S)
 
 IN_STREAM_PREFIX = "in_stream/"
 EVAL_PREFIX = "eval/"

@@ -1,11 +1,13 @@
 """The per-worker training loop that Ray Train runs on every worker (`train_loop_per_worker`).
 
 Each worker builds the scenario, its shard of the clip stream (`build_stream(..., rank, world_size)`: batch size
-`stream.batch_size // world_size`), the optimizer and the warm-up + cosine schedule, then for every global step t:
+`stream.batch_size // world_size`), the optimizer over the model's two param groups (decayed, and biases / norms /
+ViT tokens without weight decay: `raystream.optim.param_groups`), the warm-up + cosine lr schedule and the optional
+weight-decay schedule, then for every global step t:
 
     forward (bf16 autocast on GPU) -> backward (DDP all-reduces: every worker holds the global mean gradient)
-    -> optional clipping -> optimizer step (the orthogonal projection acts on the all-reduced gradient)
-    -> scheduler step -> scenario.after_step(t)
+    -> optional clipping -> weight decay of step t (when scheduled) -> optimizer step (the orthogonal projection
+    acts on the all-reduced gradient) -> scheduler step -> scenario.after_step(t)
 
 Loss and in-stream metrics are averaged over the workers; rank 0 alone logs to MLflow (each step once, see
 raystream/tracking/logger.py), prints the progress line, evaluates, and writes checkpoints. Every
@@ -32,7 +34,7 @@ from omegaconf import OmegaConf
 from raystream.tracking import names
 from raystream.train import checkpoint, faults
 from raystream.train.progress import Progress
-from raystream.train.schedule import build_scheduler
+from raystream.train.schedule import build_scheduler, build_weight_decay_schedule, set_weight_decay
 
 
 def seed_everything(seed: int) -> None:
@@ -127,7 +129,7 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     from raystream.data import build_stream
     from raystream.models import build_scenario
     from raystream.models.scenario import unwrap
-    from raystream.optim import GradCosineTracker
+    from raystream.optim import GradCosineTracker, param_groups
     from raystream.tracking import StepLogger
 
     cfg = OmegaConf.create(config["cfg"])
@@ -157,9 +159,11 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     model = ray.train.torch.prepare_model(
         scenario.model, parallel_strategy_kwargs={"find_unused_parameters": bool(tcfg.find_unused_parameters)})
     net = unwrap(model)
-    params = [p for p in net.parameters() if p.requires_grad]
-    optimizer, has_diagnostics = _make_optimizer(params, cfg.optimizer)
+    groups = param_groups(net, cfg.optimizer)
+    params = [p for group in groups for p in group["params"]]
+    optimizer, has_diagnostics = _make_optimizer(groups, cfg.optimizer)
     scheduler = build_scheduler(optimizer, cfg.optimizer, total)
+    weight_decay_at = build_weight_decay_schedule(cfg.optimizer, total)  # None: constant weight decay
     tracker = GradCosineTracker(params) if (rank == 0 and not has_diagnostics) else None
 
     start = 0
@@ -219,6 +223,9 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
             if tracker is not None:
                 step_metrics[names.GRAD_COS_PREV] = tracker.update()
             lr = float(optimizer.param_groups[0]["lr"])
+            if weight_decay_at is not None:
+                step_metrics[names.WD] = weight_decay_at(t)
+                set_weight_decay(optimizer, step_metrics[names.WD])
             optimizer.step()
             if has_diagnostics and rank == 0:
                 step_metrics.update(optimizer.diagnostics())

@@ -1,10 +1,22 @@
-"""The learning-rate schedule of the paper's tables: linear warm-up, then cosine decay to `lr * min_lr_ratio`."""
+"""The schedules of the paper's tables, by optimizer step t (0-based):
+
+- learning rate: linear warm-up, then cosine decay to `lr * min_lr_ratio` (`WarmupCosine`, a `LambdaLR`);
+- weight decay (optional, `optimizer.weight_decay_end`): DINO's cosine from `weight_decay` to `weight_decay_end`
+  (`CosineWeightDecay`), set on the decayed param group before every step (`set_weight_decay`). It is a pure
+  function of t, so a run restored from a checkpoint continues it with no state of its own.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
+
+
+def half_cosine(progress: float, start: float, end: float) -> float:
+    """start at progress 0, end at progress 1, along half a cosine."""
+    return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class WarmupCosine:
@@ -26,10 +38,43 @@ class WarmupCosine:
             return (t + 1) / self.warmup_steps
         span = self.total_steps - self.warmup_steps - 1
         progress = min(1.0, (t - self.warmup_steps) / span) if span > 0 else 0.0
-        return self.min_lr_ratio + (1.0 - self.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return half_cosine(progress, 1.0, self.min_lr_ratio)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, optimizer_cfg, total_steps: int):
     """`LambdaLR` with `WarmupCosine(total_steps, optimizer.warmup_steps, optimizer.min_lr_ratio)`."""
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, WarmupCosine(total_steps, int(optimizer_cfg.warmup_steps), float(optimizer_cfg.min_lr_ratio)))
+
+
+class CosineWeightDecay:
+    """DINO's weight-decay schedule (`cosine_scheduler(weight_decay, weight_decay_end, ...)`, no warm-up): the weight
+    decay of step t, `start` at t = 0 and `end` at the last step, `total_steps - 1` (DINO divides by the number of
+    steps and so stops one step short of `end`; here both schedules reach their end value at the last step)."""
+
+    def __init__(self, total_steps: int, start: float, end: float):
+        if total_steps < 1:
+            raise ValueError(f"total_steps = {total_steps}: expected >= 1")
+        self.total_steps, self.start, self.end = int(total_steps), float(start), float(end)
+
+    def __call__(self, t: int) -> float:
+        span = self.total_steps - 1
+        progress = min(1.0, max(0, t) / span) if span > 0 else 0.0
+        return half_cosine(progress, self.start, self.end)
+
+
+def build_weight_decay_schedule(optimizer_cfg, total_steps: int) -> Optional[CosineWeightDecay]:
+    """`CosineWeightDecay(total_steps, optimizer.weight_decay, optimizer.weight_decay_end)`, or None when
+    `optimizer.weight_decay_end` is unset (the weight decay stays constant)."""
+    end = getattr(optimizer_cfg, "weight_decay_end", None)
+    if end is None:
+        return None
+    return CosineWeightDecay(total_steps, float(optimizer_cfg.weight_decay), float(end))
+
+
+def set_weight_decay(optimizer: torch.optim.Optimizer, value: float) -> None:
+    """Set `value` on the decayed param groups (`decay` True or absent: see raystream/optim/groups.py); groups
+    with `decay` False keep their weight decay of 0."""
+    for group in optimizer.param_groups:
+        if group.get("decay", True):
+            group["weight_decay"] = value

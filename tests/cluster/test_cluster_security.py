@@ -41,7 +41,9 @@ EVERY_INTERFACE = re.compile(r"0\.0\.0\.0|(?<![\w:])\[?::\]?(?![\w:])")
 
 
 def _files() -> List[Path]:
-    return sorted(p for p in CLUSTER.rglob("*") if p.is_file())
+    """The shipped files (bytecode caches aside)."""
+    return sorted(p for p in CLUSTER.rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"))
 
 
 def _secrets_in(text: str) -> List[Tuple[str, str]]:

@@ -1,23 +1,6 @@
-"""One local Ray cluster (2 CPUs) shared by every Ray test of the session, and tiny run configs."""
-
-import os
+"""Tiny run configs for the Ray Train tests (the shared local Ray cluster is `ray_cluster` in tests/conftest.py)."""
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """A local Ray cluster (or the one a previous fixture started); yields its GCS address."""
-    import ray
-
-    # The Train controller polls its workers every 2 s by default; tiny test runs finish faster at 0.25 s.
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
-    yield ray.get_runtime_context().gcs_address
-    if started:
-        ray.shutdown()
 
 
 TINY = [
@@ -30,6 +13,7 @@ TINY = [
     "trainer.max_failures=2",
     "eval.metrics=[]",
     "optimizer.warmup_steps=2",
+    "optimizer.weight_decay_end=0.5",  # the weight-decay schedule too (0.05 -> 0.5), through restarts
 ]
 
 

@@ -93,7 +93,7 @@ def test_fault_injection_restarts_from_checkpoint_and_logs_each_step_once(single
     assert (Path(workdir["storage"]) / "single" / ".fault_injected_step3").is_file()
     assert single["start_step"] == 2  # the restarted attempt began at the checkpoint written after 2 steps
     # step 2 ran twice (before the failure and after the restart) but MLflow holds it once
-    for key in ("loss", "lr", "grad_norm"):
+    for key in ("loss", "lr", "wd", "grad_norm"):
         assert steps_logged(workdir, single["mlflow_run_id"], key) == list(range(STEPS)), key
     assert steps_logged(workdir, single["mlflow_run_id"], "grad_cos_prev") == list(range(1, STEPS))
     run = make_client(workdir["mlflow"]).get_run(single["mlflow_run_id"])
@@ -117,6 +117,8 @@ def test_mlflow_run_holds_params_metrics_and_artifacts(ddp, workdir):
     assert run.data.metrics["eval/loss_in_stream"] == pytest.approx(ddp["eval/loss_in_stream"])
     lrs = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "lr"), key=lambda m: m.step)]
     assert lrs[0] == pytest.approx(5e-4) and lrs[1] == pytest.approx(1e-3) and lrs[-1] < lrs[2]  # warm-up, cosine
+    wds = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "wd"), key=lambda m: m.step)]
+    assert wds[0] == pytest.approx(0.05) and wds[-1] == pytest.approx(0.5) and wds == sorted(wds)  # 0.05 -> 0.5
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert artifacts == {"config.yaml", "plots", "checkpoint"}
     assert {a.path for a in client.list_artifacts(run.info.run_id, "plots")} == {

@@ -1,11 +1,14 @@
-"""Warm-up + cosine learning-rate schedule."""
+"""Warm-up + cosine learning-rate schedule; DINO's cosine weight-decay schedule."""
 
 import math
 
 import pytest
 import torch
 
-from raystream.train.schedule import WarmupCosine, build_scheduler
+from raystream.optim import build_optimizer, param_groups
+from raystream.optim.config import OptimizerConfig
+from raystream.train.schedule import (CosineWeightDecay, WarmupCosine, build_scheduler, build_weight_decay_schedule,
+                                      set_weight_decay)
 
 
 def test_warmup_is_linear_and_first_step_moves():
@@ -53,3 +56,32 @@ def test_scheduler_state_round_trip_continues_identically():
     for _ in range(5):
         opt.step(), sched.step(), opt2.step(), sched2.step()
         assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+
+
+def test_weight_decay_schedule_endpoints_and_monotonicity():
+    f = CosineWeightDecay(total_steps=50, start=0.04, end=0.4)
+    assert f(0) == pytest.approx(0.04) and f(49) == pytest.approx(0.4)
+    assert f(24.5) == pytest.approx(0.22)  # half way: the mean of the ends
+    values = [f(t) for t in range(50)]
+    assert all(a < b for a, b in zip(values, values[1:]))
+    assert f(60) == pytest.approx(0.4)  # past the end it stays there
+    down = [CosineWeightDecay(10, 0.4, 0.0)(t) for t in range(10)]
+    assert down[0] == pytest.approx(0.4) and down[-1] == pytest.approx(0.0)
+    assert all(a > b for a, b in zip(down, down[1:]))
+    assert CosineWeightDecay(1, 0.04, 0.4)(0) == pytest.approx(0.04)
+    with pytest.raises(ValueError, match="total_steps"):
+        CosineWeightDecay(0, 0.04, 0.4)
+
+
+def test_weight_decay_schedule_only_when_an_end_is_set():
+    assert build_weight_decay_schedule(OptimizerConfig(weight_decay=0.04), 10) is None
+    f = build_weight_decay_schedule(OptimizerConfig(weight_decay=0.04, weight_decay_end=0.4), 10)
+    assert (f(0), f(9)) == pytest.approx((0.04, 0.4))
+
+
+def test_set_weight_decay_moves_the_decayed_group_only():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.LayerNorm(3))
+    cfg = OptimizerConfig(weight_decay=0.04, weight_decay_end=0.4)
+    opt = build_optimizer(param_groups(model, cfg), cfg)
+    set_weight_decay(opt, 0.3)
+    assert [(g["decay"], g["weight_decay"]) for g in opt.param_groups] == [(True, 0.3), (False, 0.0)]

@@ -37,11 +37,11 @@ mode: min
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False)  # no dashboard: Ray Train's own PG cleaner cannot work
+def local_ray(ray_cluster):
+    """The session's local Ray cluster (tests/conftest.py), with the tiny fit shipped to trials by value."""
     ray.cloudpickle.register_pickle_by_value(tune_tiny_fit)  # trials import it by value, not from tests/
     yield
-    ray.shutdown()
+    ray.cloudpickle.unregister_pickle_by_value(tune_tiny_fit)
 
 
 def test_optuna_asha_sweep_releases_stopped_trials_workers(local_ray, sweeps_dir, mlflow_uri, tmp_path,

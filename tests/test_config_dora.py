@@ -1,0 +1,56 @@
+"""Bad `scenario.dora.*` and new optimizer values fail in `compose` (before Ray starts) naming the key, and the
+config checks agree with the ranges the DoRA builder itself enforces (raystream/models/dora/scenario.py)."""
+
+import dataclasses
+
+import pytest
+
+from raystream.config import _CHECKS, ConfigError, compose
+from raystream.models.config import DoraConfig, ScenarioConfig
+from raystream.models.dora.scenario import dora_options
+
+BAD_DORA = [
+    ("num_objects", 0), ("local_crops", -1), ("local_size", 0), ("local_crop_min", 0.0), ("local_crop_max", 1.5),
+    ("global_crop_min", 0.0), ("color_jitter", 1.2), ("grayscale", -0.1), ("flip", 2.0), ("out_dim", 1),
+    ("hidden_dim", 0), ("bottleneck_dim", 0), ("head_layers", 0), ("freeze_last_layer_steps", -1),
+    ("student_temp", 0.0), ("teacher_temp", -0.04), ("center_momentum", 1.0), ("momentum_teacher", 1.1),
+    ("momentum_steps", 0), ("sinkhorn_epsilon", 0.0), ("sinkhorn_iters", 0), ("loss_rule", "dino"),
+]
+
+
+@pytest.mark.parametrize("key, value", BAD_DORA)
+def test_bad_dora_value_fails_in_compose_and_in_the_builder(key, value):
+    with pytest.raises(ConfigError, match=rf"`scenario\.dora\.{key}` = "):
+        compose(["scenario=dora", f"scenario.dora.{key}={value}"])
+    cfg = ScenarioConfig(name="dora")
+    setattr(cfg.dora, key, value)
+    with pytest.raises(ValueError, match=r"scenario\.dora\."):  # (local_crop_max: it names the chain's first key)
+        dora_options(cfg)
+
+
+def test_local_crop_min_above_max_is_named():
+    with pytest.raises(ConfigError, match=r"scenario\.dora\.local_crop_min <= scenario\.dora\.local_crop_max"):
+        compose(["scenario=dora", "scenario.dora.local_crop_min=0.5", "scenario.dora.local_crop_max=0.3"])
+
+
+def test_every_dora_key_is_checked_and_the_shipped_presets_pass():
+    checked = {key for key, _, _ in _CHECKS}
+    unchecked = {f.name for f in dataclasses.fields(DoraConfig)} - {k.split(".")[-1] for k in checked
+                                                                      if k.startswith("scenario.dora.")}
+    assert unchecked <= {"norm_last_layer"}, unchecked  # a bool: the structured config already types it
+    compose(["scenario=dora"])
+    compose(["scenario=dora_paper"])
+
+
+@pytest.mark.parametrize("override, key", [("optimizer.weight_decay_end=-0.1", "optimizer.weight_decay_end"),
+                                           ("optimizer.no_decay_1d=maybe", "optimizer.no_decay_1d")])
+def test_bad_optimizer_weight_decay_keys_are_named(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        compose([override])
+
+
+def test_dora_paper_schedules_weight_decay_from_0_04_to_0_4():
+    opt = compose(["+experiment=dora_paper"]).optimizer
+    assert (opt.weight_decay, opt.weight_decay_end, opt.no_decay_1d) == (pytest.approx(0.04), pytest.approx(0.4), True)
+    default = compose([]).optimizer
+    assert default.weight_decay_end is None and default.no_decay_1d is True

@@ -1,8 +1,18 @@
-"""Fixtures shared across test folders: one local Ray cluster (2 CPUs) for every Ray test of the session."""
+"""Fixtures shared across test folders: one torch thread per test (the CI machine has 2 shared cores and the
+models are tiny), and one local Ray cluster (2 CPUs) for every Ray test of the session."""
 
 import os
 
 import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -145,6 +145,9 @@ def local_cluster():
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_"))}
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_path), RAY_USAGE_STATS_ENABLED="0",
                    PYTHONUNBUFFERED="1")
+        # As on a cluster node where raystream is installed: its console scripts are on the PATH the job's
+        # entrypoint (`raystream sweep ...`) is run with, even when pytest runs from an unactivated venv.
+        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
 
         mlflow_port, dash_port = _free_port(), _free_port()
         mlflow_log, ray_log = root / "mlflow.log", root / "ray.log"

@@ -29,6 +29,7 @@ fixed:
   trainer.max_steps: 6
   trainer.log_every: 300   # tune_tiny_fit: ms between steps, so stopping early saves time
 scheduler: asha
+max_concurrent_trials: 1   # one at a time: trials report in a fixed order, so ASHA's decisions are deterministic
 grace_period: 1
 reduction_factor: 2
 metric: loss

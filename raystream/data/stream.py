@@ -53,6 +53,15 @@ class Batch:
     video_index: torch.Tensor  # (b,) index of each clip's video in the stream's video list
     clips: List[ClipRef]
 
+    def model_inputs(self, device: Optional[torch.device] = None) -> Dict[str, object]:
+        """The dict a scenario's model takes (`frames`, `target`, `index`, `step`), on `device` when given."""
+
+        def move(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+            return t if t is None or device is None else t.to(device, non_blocking=True)
+
+        return {"frames": move(self.frames), "target": move(self.target), "index": move(self.index),
+                "step": int(self.step)}
+
 
 class ClipStream:
     """The clips of `videos` in `stream_cfg.order`, this rank's places only. Build it with `build_stream`."""

@@ -52,15 +52,6 @@ def global_mean(values: List[torch.Tensor], world_size: int, device: torch.devic
     return vec.cpu().tolist()
 
 
-def _batch_dict(batch, device: torch.device) -> Dict[str, Any]:
-    return {
-        "frames": batch.frames.to(device, non_blocking=True),
-        "target": batch.target.to(device, non_blocking=True) if batch.target is not None else None,
-        "index": batch.index.to(device, non_blocking=True),
-        "step": int(batch.step),
-    }
-
-
 def _make_optimizer(params, optimizer_cfg):
     """The optimizer with its own diagnostics when it has them; else (plain torch) None: use GradCosineTracker."""
     from raystream.optim import build_optimizer
@@ -210,7 +201,7 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
                 break
             faults.before_step(hooks, t, rank)
             with autocast:
-                out = model(_batch_dict(batch, device))
+                out = model(batch.model_inputs(device))
             loss = out["loss"]
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -52,3 +52,17 @@ def correlated_batches(steps: int, batch: int = 8, frames: int = 4, target: int 
         clips = torch.stack([v[2 * t: 2 * t + frames] for v in videos])
         tgt = torch.stack([v[2 * t + frames: 2 * t + frames + target] for v in videos]) if target else None
         yield {"frames": clips, "target": tgt, "index": torch.arange(batch), "step": t}
+
+
+def train_on_stream(scenario, stream, optimizer, key: str = "loss") -> list:
+    """One optimizer step per batch of `stream`, as the train loop does; returns `key` of each step's output,
+    measured in the forward pass before that step's update."""
+    values = []
+    for batch in stream.batches():
+        out = scenario.model(batch.model_inputs())
+        optimizer.zero_grad()
+        out["loss"].backward()
+        optimizer.step()
+        scenario.after_step(batch.step)
+        values.append(float(out[key].detach()))
+    return values

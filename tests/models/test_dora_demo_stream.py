@@ -19,6 +19,7 @@ from raystream.data.config import DataConfig, DemoConfig, StreamConfig
 from raystream.eval.config import EvalConfig
 from raystream.models import build_scenario
 from raystream.models.config import ScenarioConfig
+from scenario_helpers import train_on_stream
 
 PROBE_STEPS = (0, 60, 120, 180)
 
@@ -29,10 +30,6 @@ def walking_tour(tmp_path_factory):
                       objects_per_frame=2, scene_frames=120, probe_per_class=10,
                       cache_dir=str(tmp_path_factory.mktemp("walking_tour")))
     return DataConfig(name="walking_tour", demo=demo)
-
-
-def _as_dict(b):
-    return {"frames": b.frames, "target": b.target, "index": b.index, "step": b.step}
 
 
 def _fixed_loss(model, batches):
@@ -57,17 +54,10 @@ def test_tiny_dora_learns_on_the_walking_tour_stream(walking_tour):
     try:
         assert stream.num_steps >= 200
         scenario.set_total_steps(stream.num_steps)
-        fixed = [_as_dict(next(iter(stream.batches(start_step=s)))) for s in PROBE_STEPS]
+        fixed = [next(iter(stream.batches(start_step=s))).model_inputs() for s in PROBE_STEPS]
         before = _fixed_loss(model, fixed)
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3, weight_decay=0.04)
-        losses = []
-        for b in stream.batches():
-            out = model(_as_dict(b))
-            opt.zero_grad()
-            out["loss"].backward()
-            opt.step()
-            scenario.after_step(b.step)
-            losses.append(float(out["loss"].detach()))
+        losses = train_on_stream(scenario, stream, opt)
     finally:
         stream.close()
     after = _fixed_loss(model, fixed)

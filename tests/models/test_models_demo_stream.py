@@ -11,7 +11,7 @@ from raystream.data import build_heldout_stream, build_stream, load_probe_set
 from raystream.data.config import DataConfig, DemoConfig, StreamConfig
 from raystream.eval.config import EvalConfig
 from raystream.models import build_scenario
-from scenario_helpers import tiny_cfg
+from scenario_helpers import tiny_cfg, train_on_stream
 
 
 
@@ -21,14 +21,10 @@ def demo_data(tmp_path_factory):
     return DataConfig(demo=DemoConfig(num_videos=4, frames_per_video=420, cache_dir=str(cache)))
 
 
-def _as_dict(b):
-    return {"frames": b.frames, "target": b.target, "index": b.index, "step": b.step}
-
-
 def _first(stream, step):
     batches = stream.batches(start_step=step)
     try:
-        return _as_dict(next(batches))
+        return next(batches).model_inputs()
     finally:
         batches.close()  # stop its prefetching
 
@@ -55,14 +51,7 @@ def test_tiny_model_learns_on_the_demo_stream(demo_data, name, target_frames, ep
         fixed = [_first(stream, s) for s in (0, n // 4, n // 2, 3 * n // 4)]
         before = _fixed_loss(model, fixed, key)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        in_stream = []
-        for batch in stream.batches():
-            out = model(_as_dict(batch))
-            opt.zero_grad()
-            out["loss"].backward()
-            opt.step()
-            scenario.after_step(batch.step)
-            in_stream.append(float(out[key].detach()))
+        in_stream = train_on_stream(scenario, stream, opt, key)
     finally:
         stream.close()
     after = _fixed_loss(model, fixed, key)

@@ -94,6 +94,18 @@ def check(cfg: DictConfig) -> None:
             f"config key `stream.batch_size` = {bs} is not divisible by `trainer.num_workers` = {workers}: "
             "every worker must hold an equal shard of each global batch"
         )
+    if cfg.scenario.name == "dora":
+        from raystream.models.vit import preset_shape
+
+        try:
+            heads = preset_shape(cfg.scenario.backbone).num_heads
+        except ValueError as exc:  # embed_dim not divisible by num_heads
+            raise ConfigError(f"config: {exc}") from None
+        if cfg.scenario.dora.num_objects > heads:
+            raise ConfigError(
+                f"config key `scenario.dora.num_objects` = {cfg.scenario.dora.num_objects}: expected at most the "
+                f"backbone's {heads} attention heads (`scenario.backbone.num_heads` or the preset's): one head is "
+                "sampled per tracked object")
 
 
 def flatten(cfg: DictConfig) -> Dict[str, Any]:
@@ -133,7 +145,8 @@ register_check("data.decode_timeout_s", lambda v: v > 0, "a positive number of s
 register_check("data.prefetch", lambda v: v >= 0, "an integer >= 0 (batches decoded ahead)")
 register_check("data.max_read_through", lambda v: v >= 0, "an integer >= 0 (frames)")
 register_check("data.max_open_videos", lambda v: v >= 1, "an integer >= 1")
-register_check("data.decord_reopen_frames", lambda v: v >= 0, "an integer >= 0 (0 = never reopen)")
+register_check("data.read_ahead", lambda v: isinstance(v, bool), "true or false")
+register_check("data.decord_reset_frames", lambda v: v >= 0, "an integer >= 0 (0 = never flush decord at keyframes)")
 register_check("data.demo.kind", _one_of("moving_digits", "walking_tour"), "moving_digits or walking_tour")
 register_check("data.demo.num_videos", lambda v: v >= 1, "an integer >= 1")
 register_check("data.demo.frames_per_video", lambda v: v >= 1, "an integer >= 1")
@@ -159,6 +172,9 @@ register_check("optimizer.betas", lambda v: len(v) == 2 and all(0 <= b < 1 for b
                "two Adam betas, each in [0, 1)")
 register_check("optimizer.weight_decay_end", lambda v: v is None or v >= 0,
                "null (constant weight decay) or a final weight decay >= 0")
+register_check("optimizer.warmup_steps", lambda v: v >= 0, "an integer >= 0 (steps)")
+register_check("optimizer.min_lr_ratio", lambda v: 0 <= v <= 1, "a fraction of optimizer.lr in [0, 1]")
+register_check("optimizer.grad_clip", lambda v: v >= 0, "a gradient-norm bound >= 0 (0 = no clipping)")
 register_check("optimizer.no_decay_1d", lambda v: isinstance(v, bool), "true or false")
 register_check("scenario.name", _one_of("videomae", "future_prediction", "dora"),
                "one of videomae, future_prediction, dora")
@@ -173,8 +189,7 @@ register_check("scenario.backbone.init", lambda v: bool(v), "random, a .pt/.safe
 register_check("scenario.decoder_depth", lambda v: v >= 1, "an integer >= 1")
 register_check("scenario.decoder_dim", lambda v: v is None or v >= 1, "null (half the encoder's) or an integer >= 1")
 register_check("scenario.decoder_heads", lambda v: v is None or v >= 1, "null (half the encoder's) or an integer >= 1")
-# scenario.dora.*: the ranges of raystream/models/dora/scenario.py's dora_options, checked here before Ray starts
-# (num_objects <= the backbone's heads needs the built backbone: checked when the scenario is built).
+# scenario.dora.*: the ranges of raystream/models/dora/scenario.py's dora_options, checked here before Ray starts.
 register_check("scenario.dora.num_objects", lambda v: v >= 1, "an integer >= 1 (at most the backbone's heads)")
 register_check("scenario.dora.local_crops", lambda v: v >= 0, "an integer >= 0")
 register_check("scenario.dora.local_size", lambda v: v is None or v >= 1,

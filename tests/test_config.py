@@ -29,6 +29,11 @@ def test_group_choice_and_key_override():
         ("optimizer.orth_beta=1.0", "optimizer.orth_beta"),
         ("optimizer.projection=diagonal", "optimizer.projection"),
         ("trainer.num_workers=3", "stream.batch_size"),
+        ("optimizer.warmup_steps=-1", "optimizer.warmup_steps"),
+        ("optimizer.min_lr_ratio=1.5", "optimizer.min_lr_ratio"),
+        ("optimizer.grad_clip=-1", "optimizer.grad_clip"),
+        ("data.decord_reset_frames=-1", "data.decord_reset_frames"),
+        ("data.read_ahead=maybe", "data.read_ahead"),
     ],
 )
 def test_bad_values_name_the_key(override, key):

@@ -24,10 +24,10 @@ from raystream.data.errors import DataError
 DECODERS = ("decord", "pyav")
 
 
-def open_reader(path: str, decoder: str = "decord", max_read_through: int = 250, reopen_frames: int = 0):
+def open_reader(path: str, decoder: str = "decord", max_read_through: int = 250, decord_reset_frames: int = 1):
     """A reader of `path` with `decoder`; raises DataError naming the file when it cannot be opened."""
     if decoder == "decord":
-        return DecordReader(path, reopen_frames=reopen_frames)
+        return DecordReader(path, reset_frames=decord_reset_frames)
     if decoder == "pyav":
         return PyAVReader(path, max_read_through=max_read_through)
     raise DataError(f"data.decoder = {decoder!r}: expected one of {', '.join(DECODERS)}")
@@ -42,21 +42,24 @@ def _decord_errors() -> tuple:
 class DecordReader:
     """decord.VideoReader with num_threads=1; `get` is one get_batch call (decord skips forward within a GOP).
 
-    decord 0.6 fault, measured (benchmarks/stream_decode.py): its peak memory grows with the length of the video
-    read (every frame it returns pushes at least one packet into its decoder thread, and frames decoded ahead are
-    never drained). With `reopen_frames` > 0 the reader is reopened after that many frames, exactly at a keyframe
-    (nothing is decoded twice), which caps the pile-up but costs an index scan of the file per reopen; PyAV has
-    no such growth.
+    decord 0.6 fault: `VideoReader.next`/`get_batch` push a packet to decord's decoder thread before every pop, and
+    a pop that finds the thread's frame queue momentarily empty returns without a frame and pushes another packet.
+    Each such race leaves one more decoded RGB frame queued ahead of the reader for good, so its memory creeps up
+    the longer it reads sequentially (hundreds of MiB on long videos, and more when the caller is slow between
+    calls). Nothing but a seek empties that queue. So with `reset_frames` > 0, once the reader has moved that many
+    frames forward, the next read that reaches a keyframe first reads up to the frame before it, then seeks to the
+    keyframe (decord flushes its decoder there) and goes on from it: no frame is decoded twice, and what decord
+    holds is bounded by the frames read between keyframes, not by the video's length.
     """
 
-    def __init__(self, path: str, reopen_frames: int = 0):
+    def __init__(self, path: str, reset_frames: int = 1):
         import decord
 
-        self._decord = decord
         self.path = str(path)
-        self.reopen_frames = int(reopen_frames)
+        self.reset_frames = int(reset_frames)
+        self.resets = 0  # keyframe resets done (tests, benchmarks)
         try:
-            self._open()
+            self._vr = decord.VideoReader(self.path, ctx=decord.cpu(0), num_threads=1)
             self.num_frames = len(self._vr)
             self.fps = float(self._vr.get_avg_fps())
             self._keys = [int(k) for k in self._vr.get_key_indices()] if self.num_frames > 0 else []
@@ -68,28 +71,32 @@ class DecordReader:
                 self.height = self.width = 0
         except _decord_errors() as exc:
             raise DataError(f"{self.path}: decord cannot open it as a video: {_first_line(exc)}") from None
-
-    def _open(self) -> None:
-        self._vr = None
-        self._vr = self._decord.VideoReader(self.path, ctx=self._decord.cpu(0), num_threads=1)
-        self._advanced = 0  # frames the reader moved forward since it was opened
+        self._advanced = 0  # frames the reader moved forward since its last reset
         self._last = -1
 
     def get(self, indices: Sequence[int]) -> np.ndarray:
         indices = [int(i) for i in indices]
-        if self.reopen_frames and self._advanced >= self.reopen_frames and indices:
-            j = bisect.bisect_right(self._keys, max(self._last, 0))
+        if self.reset_frames and self._advanced >= self.reset_frames and indices and indices[0] > self._last:
+            j = bisect.bisect_right(self._keys, self._last)
             if j < len(self._keys) and indices[-1] >= self._keys[j]:
-                key = self._keys[j]  # read up to the next keyframe, reopen, go on from the keyframe
+                key = self._keys[j]  # read up to the keyframe, flush decord's queue there, go on from the keyframe
                 head = [i for i in indices if i < key]
                 first = self._get(head) if head else None
-                try:
-                    self._open()
-                except _decord_errors() as exc:
-                    raise DataError(f"{self.path}: decord cannot reopen it: {_first_line(exc)}") from None
+                self._reset()
                 rest = self._get([i for i in indices if i >= key])
                 return rest if first is None else np.concatenate([first, rest])
         return self._get(indices)
+
+    def _reset(self) -> None:
+        # decord's seek_accurate(k) returns at once when the reader already stands at k, so step back to frame 0
+        # first (cheap: a demuxer seek, nothing decoded); the next get_batch then seeks to the keyframe, which
+        # clears decord's decoder and its frame queue, and decodes from the keyframe on.
+        try:
+            self._vr.seek(0)
+        except _decord_errors() as exc:
+            raise DataError(f"{self.path}: decord failed to seek: {_first_line(exc)}") from None
+        self._advanced = 0
+        self.resets += 1
 
     def _get(self, indices: List[int]) -> np.ndarray:
         try:

@@ -29,6 +29,7 @@ from raystream.data.backends import open_reader
 from raystream.data.clips import ClipGeometry
 from raystream.data.errors import DataError
 from raystream.data.orders import Order, shard_places
+from raystream.data.readahead import ReadAhead
 from raystream.data.sources import VideoInfo, probe_videos, resolve_videos
 from raystream.data.window import FrameWindow
 
@@ -80,7 +81,8 @@ class ClipStream:
         self.prefetch = int(getattr(data_cfg, "prefetch", 2))
         self.max_read_through = int(getattr(data_cfg, "max_read_through", 250))
         self.max_open = int(getattr(data_cfg, "max_open_videos", 8))
-        self.decord_reopen_frames = int(getattr(data_cfg, "decord_reopen_frames", 0))
+        self.decord_reset_frames = int(getattr(data_cfg, "decord_reset_frames", 1))
+        self.read_ahead = bool(getattr(data_cfg, "read_ahead", True))
         try:
             self.places = shard_places(self.batch_size, self.world_size, self.rank)
         except ValueError as exc:
@@ -247,9 +249,10 @@ class ClipStream:
             self._windows.move_to_end(v)
             return self._windows[v]
         info = self.videos[v]
-        reader = open_reader(info.path, self.decoder, self.max_read_through, self.decord_reopen_frames)
-        window = FrameWindow(reader, self.resolution, lattice=self.geometry[v].lattice,
-                             dense=self.order.name != "shuffled", max_read_through=self.max_read_through)
+        reader = open_reader(info.path, self.decoder, self.max_read_through, self.decord_reset_frames)
+        dense = self.order.name != "shuffled"  # sequential orders read forward: their next chunk is predictable
+        window = FrameWindow(ReadAhead(reader) if dense and self.read_ahead else reader, self.resolution,
+                             lattice=self.geometry[v].lattice, dense=dense, max_read_through=self.max_read_through)
         self._windows[v] = window
         while len(self._windows) > self.max_open:
             self._windows.popitem(last=False)[1].close()

@@ -53,7 +53,7 @@ def write_block_video(path: Path, video_id: int, frames: int, width: int = 32, h
 def data_cfg(videos, **kw) -> SimpleNamespace:
     base = dict(videos=videos, heldout_videos=None, decoder="decord", fps=None, on_bad_video="error",
                 decode_timeout_s=60.0, prefetch=2, max_read_through=250, max_open_videos=8,
-                decord_reopen_frames=6)  # small: the decord reader is reopened (at keyframes) all through the tests
+                decord_reset_frames=6)  # small: decord readers are flushed at keyframes all through the tests
     base.update(kw)
     return SimpleNamespace(**base)
 

@@ -197,23 +197,24 @@ def test_an_old_iterator_closing_late_does_not_stop_a_newer_one(block_videos):
     assert [b.step for b in new] == list(range(4, stream.num_steps))
 
 
-def test_decord_reader_reopens_at_keyframes_and_keeps_every_frame(tmp_path):
+def test_decord_reader_flushes_at_keyframes_and_keeps_every_frame(tmp_path):
+    """Forward reads that cross a keyframe flush decord's decoder there (what bounds its memory) and still return
+    every frame exactly once, in order, whatever the chunking; a reset of 0 never flushes."""
     from rs_data_helpers import write_block_video
 
     from raystream.data.backends import DecordReader
 
-    class Counting(DecordReader):
-        opens = 0
-
-        def _open(self):
-            Counting.opens += 1
-            super()._open()
-
     path = str(write_block_video(tmp_path / "v9.mp4", 9, 60, gop=10))
-    reader = Counting(path, reopen_frames=6)
-    got = []
-    for start in range(0, 60, 4):
-        for frame in reader.get(list(range(start, min(60, start + 4)))):
-            got.append(read_block(torch.from_numpy(frame).permute(2, 0, 1)))
-    assert got == [(9, i) for i in range(60)]
-    assert Counting.opens > 3 and reader._keys == [0, 10, 20, 30, 40, 50]
+    for reset_frames, chunk, resets in ((6, 4, 5), (6, 7, 3), (1, 10, 5), (25, 4, 1), (0, 4, 0)):
+        reader = DecordReader(path, reset_frames=reset_frames)
+        got = []
+        for start in range(0, 60, chunk):
+            for frame in reader.get(list(range(start, min(60, start + chunk)))):
+                got.append(read_block(torch.from_numpy(frame).permute(2, 0, 1)))
+        assert got == [(9, i) for i in range(60)], (reset_frames, chunk)
+        assert reader._keys == [0, 10, 20, 30, 40, 50]
+        assert reader.resets == resets, (reset_frames, chunk)
+        # a backward jump after a flush still lands on the right frames
+        assert [read_block(torch.from_numpy(f).permute(2, 0, 1)) for f in reader.get([3, 4, 31])] == [
+            (9, 3), (9, 4), (9, 31)]
+        reader.close()

@@ -1,0 +1,82 @@
+"""One chunk of read-ahead for a video reader, so decoding the next frames overlaps resizing the current ones.
+
+    reader = ReadAhead(open_reader(path, ...))   # same interface: num_frames, fps, height, width, get, close
+
+After each forward `get(indices)` whose indices are evenly spaced, the next chunk (as many frames, same spacing,
+right after the last frame read) is decoded in a background thread. A `get` takes what it asks for from the frames
+read ahead and reads only the rest; frames read ahead and not yet asked for are kept until a `get` passes them, so
+a differently sized next request never makes the reader seek back. Only sequential orders use it (their next read
+is predictable); memory is at most two chunks of raw frames. Readers are not thread-safe, so every call to the
+wrapped reader runs on the one read-ahead thread, one at a time. A speculative read that fails is dropped: only a
+`get` that needs the frames raises (DataError naming the file, from the reader).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+
+class ReadAhead:
+    """`reader` with one chunk of background read-ahead; see the module docstring."""
+
+    def __init__(self, reader):
+        self.reader = reader
+        self.num_frames, self.fps = reader.num_frames, reader.fps
+        self.height, self.width = reader.height, reader.width
+        self.path = getattr(reader, "path", "")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raystream-readahead")
+        self._ahead: Optional[Future] = None
+        self._ahead_indices: List[int] = []
+        self._held: Dict[int, np.ndarray] = {}  # frames read ahead and not yet asked for
+        self.hits = self.misses = 0  # frames taken from read-ahead / read on demand (tests, benchmarks)
+
+    def get(self, indices: Sequence[int]) -> np.ndarray:
+        indices = [int(i) for i in indices]
+        self._collect()
+        missing = [i for i in indices if i not in self._held]
+        if missing:
+            for i, frame in zip(missing, self._pool.submit(self.reader.get, missing).result()):
+                self._held[i] = frame
+        self.hits += len(indices) - len(missing)
+        self.misses += len(missing)
+        out = [self._held[i] for i in indices]
+        if indices:  # the window keeps what it asked for: forget it, and anything before it
+            for i in [i for i in self._held if i <= indices[-1]]:
+                del self._held[i]
+            self._schedule_after(indices)
+        if not out:
+            return np.zeros((0, self.height, self.width, 3), dtype=np.uint8)
+        return np.stack(out)
+
+    def _collect(self) -> None:
+        """Wait for the read-ahead in flight and keep its frames; a failed one is dropped."""
+        future, indices = self._ahead, self._ahead_indices
+        self._ahead, self._ahead_indices = None, []
+        if future is None:
+            return
+        try:
+            frames = future.result()
+        except Exception:  # noqa: BLE001 - speculative: a get that needs these frames reads them and raises
+            return
+        self._held.update(zip(indices, frames))
+
+    def _schedule_after(self, indices: List[int]) -> None:
+        """Read the chunk after `indices` (same length and spacing), past the frames already held."""
+        step = indices[1] - indices[0] if len(indices) > 1 else 1
+        if step <= 0 or any(b - a != step for a, b in zip(indices, indices[1:])):
+            return  # not an evenly spaced forward run: no guess
+        if len(self._held) >= len(indices):
+            return  # a chunk is held already: no further ahead
+        start = max([indices[-1], *self._held]) + step
+        nxt = [i for i in range(start, start + step * len(indices), step) if i < self.num_frames]
+        if nxt:
+            self._ahead, self._ahead_indices = self._pool.submit(self.reader.get, nxt), nxt
+
+    def close(self) -> None:
+        """Close the reader once a read in flight has finished; never waits (a stuck decode must not hang close)."""
+        self._ahead, self._ahead_indices, self._held = None, [], {}
+        self._pool.submit(self.reader.close)
+        self._pool.shutdown(wait=False)

@@ -28,6 +28,16 @@ def test_bad_dora_value_fails_in_compose_and_in_the_builder(key, value):
         dora_options(cfg)
 
 
+@pytest.mark.parametrize("overrides, heads", [(["scenario.dora.num_objects=4"], 3),  # tiny preset: 3 heads
+                                              (["scenario.backbone.num_heads=2", "scenario.backbone.embed_dim=96",
+                                                "scenario.dora.num_objects=3"], 2)])
+def test_more_objects_than_heads_fails_in_compose(overrides, heads):
+    with pytest.raises(ConfigError, match=rf"`scenario\.dora\.num_objects` = \d+: expected at most the backbone's "
+                                          rf"{heads} attention heads"):
+        compose(["scenario=dora", *overrides])
+    compose(["scenario=videomae", *overrides])  # only DoRA tracks objects
+
+
 def test_local_crop_min_above_max_is_named():
     with pytest.raises(ConfigError, match=r"scenario\.dora\.local_crop_min <= scenario\.dora\.local_crop_max"):
         compose(["scenario=dora", "scenario.dora.local_crop_min=0.5", "scenario.dora.local_crop_max=0.3"])

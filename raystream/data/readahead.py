@@ -13,10 +13,41 @@ wrapped reader runs on the one read-ahead thread, one at a time. A speculative r
 
 from __future__ import annotations
 
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Dict, List, Optional, Sequence
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
+
+
+class _ReaderThread:
+    """One daemon thread that runs submitted calls in order. Not a ThreadPoolExecutor: its threads are joined at
+    interpreter exit, so a decode stuck in a corrupt file would hang the process after the stream gave up on it."""
+
+    def __init__(self):
+        self._calls: "queue.Queue" = queue.Queue()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="raystream-readahead")
+        self.thread.start()
+
+    def submit(self, fn: Callable, *args) -> Future:
+        future: Future = Future()
+        self._calls.put((future, fn, args))
+        return future
+
+    def stop(self) -> None:
+        self._calls.put(None)
+
+    def _run(self) -> None:
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            future, fn, args = call
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
 
 
 class ReadAhead:
@@ -27,7 +58,7 @@ class ReadAhead:
         self.num_frames, self.fps = reader.num_frames, reader.fps
         self.height, self.width = reader.height, reader.width
         self.path = getattr(reader, "path", "")
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raystream-readahead")
+        self._pool = _ReaderThread()
         self._ahead: Optional[Future] = None
         self._ahead_indices: List[int] = []
         self._held: Dict[int, np.ndarray] = {}  # frames read ahead and not yet asked for
@@ -79,4 +110,4 @@ class ReadAhead:
         """Close the reader once a read in flight has finished; never waits (a stuck decode must not hang close)."""
         self._ahead, self._ahead_indices, self._held = None, [], {}
         self._pool.submit(self.reader.close)
-        self._pool.shutdown(wait=False)
+        self._pool.stop()

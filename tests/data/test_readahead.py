@@ -54,3 +54,14 @@ def test_a_failed_speculative_read_only_raises_when_its_frames_are_asked_for(vid
             reader.get([65])
     finally:
         reader.close()
+
+
+def test_close_ends_its_daemon_thread_after_closing_the_reader(video):
+    reader = ReadAhead(open_reader(video, "pyav"))
+    thread = reader._pool.thread
+    assert thread.daemon  # a decode stuck in a corrupt file must not keep the process from exiting
+    reader.get([0, 1])  # leaves a read-ahead of 2..3 in flight
+    reader.close()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert reader.reader._container is None  # the PyAV reader was closed, after the read in flight

@@ -55,8 +55,8 @@ class DataConfig:
     prefetch: int = 2  # batches decoded ahead by the background thread (0 = decode in the caller's thread)
     max_read_through: int = 250  # a forward gap of at most this many frames is decoded through instead of seeking
     max_open_videos: int = 8  # readers kept open per stream (shuffled order revisits videos)
-    read_ahead: bool = True  # sequential orders: decode the next chunk in a background thread while the current
-    # one is resized (raystream.data.readahead); one chunk of raw frames more in memory
+    read_ahead: bool = True  # sequential orders: decode and resize the next chunk in a background thread while the
+    # stream assembles the current batch (raystream.data.readahead); up to two chunks of frames more in memory
     decord_reset_frames: int = 1  # >0: after this many frames, flush decord's decoder at the next keyframe (a seek,
     # nothing decoded twice), so the frames decord queues ahead stay bounded by the GOP, not the video's length
     # (see backends.DecordReader); 0 = never (decord's memory then grows as it reads a long video)

@@ -1,13 +1,15 @@
-"""One chunk of read-ahead for a video reader, so decoding the next frames overlaps resizing the current ones.
+"""One chunk of read-ahead for loading video frames, so the next frames are decoded and resized while the stream
+assembles the current batch.
 
-    reader = ReadAhead(open_reader(path, ...))   # same interface: num_frames, fps, height, width, get, close
+    frames = ReadAhead(load, num_frames, close=reader.close)   # load(ascending indices) -> array (n, ...)
+    frames.get(indices); frames.close()
 
 After each forward `get(indices)` whose indices are evenly spaced, the next chunk (as many frames, same spacing,
-right after the last frame read) is decoded in a background thread. A `get` takes what it asks for from the frames
-read ahead and reads only the rest; frames read ahead and not yet asked for are kept until a `get` passes them, so
-a differently sized next request never makes the reader seek back. Only sequential orders use it (their next read
-is predictable); memory is at most two chunks of raw frames. Readers are not thread-safe, so every call to the
-wrapped reader runs on the one read-ahead thread, one at a time. A speculative read that fails is dropped: only a
+right after the last frame loaded) is loaded in a background thread. A `get` takes what it asks for from the frames
+loaded ahead and loads only the rest; frames loaded ahead and not yet asked for are kept until a `get` passes them,
+so a differently sized next request never makes the reader seek back. Only sequential orders use it (their next
+read is predictable); memory is at most two chunks of frames. Readers are not thread-safe, so every `load` (and the
+final `close`) runs on the one read-ahead thread, one at a time. A speculative load that fails is dropped: only a
 `get` that needs the frames raises (DataError naming the file, from the reader).
 """
 
@@ -51,13 +53,11 @@ class _ReaderThread:
 
 
 class ReadAhead:
-    """`reader` with one chunk of background read-ahead; see the module docstring."""
+    """`load` with one chunk of background read-ahead; see the module docstring."""
 
-    def __init__(self, reader):
-        self.reader = reader
-        self.num_frames, self.fps = reader.num_frames, reader.fps
-        self.height, self.width = reader.height, reader.width
-        self.path = getattr(reader, "path", "")
+    def __init__(self, load: Callable[[List[int]], np.ndarray], num_frames: int,
+                 close: Optional[Callable[[], None]] = None):
+        self.load, self.num_frames, self._close = load, int(num_frames), close
         self._pool = _ReaderThread()
         self._ahead: Optional[Future] = None
         self._ahead_indices: List[int] = []
@@ -69,18 +69,17 @@ class ReadAhead:
         self._collect()
         missing = [i for i in indices if i not in self._held]
         if missing:
-            for i, frame in zip(missing, self._pool.submit(self.reader.get, missing).result()):
+            for i, frame in zip(missing, self._pool.submit(self.load, missing).result()):
                 self._held[i] = frame
         self.hits += len(indices) - len(missing)
         self.misses += len(missing)
-        out = [self._held[i] for i in indices]
-        if indices:  # the window keeps what it asked for: forget it, and anything before it
-            for i in [i for i in self._held if i <= indices[-1]]:
-                del self._held[i]
-            self._schedule_after(indices)
-        if not out:
-            return np.zeros((0, self.height, self.width, 3), dtype=np.uint8)
-        return np.stack(out)
+        if not indices:
+            raise ValueError("ReadAhead.get needs at least one frame index")
+        out = np.stack([self._held[i] for i in indices])
+        for i in [i for i in self._held if i <= indices[-1]]:  # the caller keeps what it asked for
+            del self._held[i]
+        self._schedule_after(indices)
+        return out
 
     def _collect(self) -> None:
         """Wait for the read-ahead in flight and keep its frames; a failed one is dropped."""
@@ -104,10 +103,12 @@ class ReadAhead:
         start = max([indices[-1], *self._held]) + step
         nxt = [i for i in range(start, start + step * len(indices), step) if i < self.num_frames]
         if nxt:
-            self._ahead, self._ahead_indices = self._pool.submit(self.reader.get, nxt), nxt
+            self._ahead, self._ahead_indices = self._pool.submit(self.load, nxt), nxt
 
     def close(self) -> None:
-        """Close the reader once a read in flight has finished; never waits (a stuck decode must not hang close)."""
+        """Run `close` (the reader's) once a load in flight has finished; never waits (a stuck decode must not hang
+        close)."""
         self._ahead, self._ahead_indices, self._held = None, [], {}
-        self._pool.submit(self.reader.close)
+        if self._close is not None:
+            self._pool.submit(self._close)
         self._pool.stop()

@@ -29,7 +29,6 @@ from raystream.data.backends import open_reader
 from raystream.data.clips import ClipGeometry
 from raystream.data.errors import DataError
 from raystream.data.orders import Order, shard_places
-from raystream.data.readahead import ReadAhead
 from raystream.data.sources import VideoInfo, probe_videos, resolve_videos
 from raystream.data.window import FrameWindow
 
@@ -251,8 +250,8 @@ class ClipStream:
         info = self.videos[v]
         reader = open_reader(info.path, self.decoder, self.max_read_through, self.decord_reset_frames)
         dense = self.order.name != "shuffled"  # sequential orders read forward: their next chunk is predictable
-        window = FrameWindow(ReadAhead(reader) if dense and self.read_ahead else reader, self.resolution,
-                             lattice=self.geometry[v].lattice, dense=dense, max_read_through=self.max_read_through)
+        window = FrameWindow(reader, self.resolution, lattice=self.geometry[v].lattice, dense=dense,
+                             max_read_through=self.max_read_through, read_ahead=dense and self.read_ahead)
         self._windows[v] = window
         while len(self._windows) > self.max_open:
             self._windows.popitem(last=False)[1].close()

@@ -4,6 +4,8 @@ The stream asks for the frames of its next clips in ascending order; the window 
 [lo, hi) (only multiples of the clip lattice: frames no clip can use are never stored), reads forward from `hi`
 when the next frame is near and restarts at the frame when it is behind or far ahead, and forgets frames below
 what the stream will still need (`release_below`). Memory is bounded by the clips' span, not the video's length.
+With `read_ahead` (sequential orders), the next chunk is decoded and resized in a background thread
+(raystream.data.readahead) while the stream assembles the current batch.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 from typing import Dict, List, Sequence
 
 import numpy as np
+
+from raystream.data.readahead import ReadAhead
 
 _RAW_CHUNK_BYTES = 16 << 20  # decode at most ~16 MiB of full-size RGB frames per reader call
 
@@ -39,7 +43,8 @@ def square_resize(frames: np.ndarray, resolution: int) -> np.ndarray:
 class FrameWindow:
     """Frames of one reader kept between `lo` and `hi`; see the module docstring."""
 
-    def __init__(self, reader, resolution: int, lattice: int = 1, dense: bool = True, max_read_through: int = 250):
+    def __init__(self, reader, resolution: int, lattice: int = 1, dense: bool = True, max_read_through: int = 250,
+                 read_ahead: bool = False):
         self.reader = reader
         self.resolution = int(resolution)
         self.lattice = max(1, int(lattice))
@@ -50,6 +55,12 @@ class FrameWindow:
         self.decoded = 0  # frames this window converted and stored (benchmarks, tests)
         h, w = max(1, reader.height), max(1, reader.width)
         self._chunk = max(1, min(256, _RAW_CHUNK_BYTES // (h * w * 3)))
+        # dense windows read forward, so the next chunk can be decoded and resized in the background meanwhile
+        self._frames = ReadAhead(self._load, reader.num_frames, close=reader.close) if read_ahead else None
+
+    def _load(self, indices: List[int]) -> np.ndarray:
+        """Frames `indices` decoded and resized: uint8 (n, 3, r, r)."""
+        return square_resize(self.reader.get(indices), self.resolution)
 
     def fetch(self, needed: Sequence[int]) -> Dict[int, np.ndarray]:
         """frame index -> uint8 array (3, r, r) for each of `needed` (any order, all multiples of the lattice)."""
@@ -84,7 +95,7 @@ class FrameWindow:
     def _read(self, indices: List[int]) -> None:
         for k in range(0, len(indices), self._chunk):
             part = indices[k:k + self._chunk]
-            pixels = square_resize(self.reader.get(part), self.resolution)
+            pixels = self._frames.get(part) if self._frames is not None else self._load(part)
             for idx, frame in zip(part, pixels):
                 self.frames[idx] = frame
             self.decoded += len(part)
@@ -98,4 +109,7 @@ class FrameWindow:
 
     def close(self) -> None:
         self.frames.clear()
-        self.reader.close()
+        if self._frames is not None:
+            self._frames.close()  # closes the reader after a load in flight
+        else:
+            self.reader.close()

@@ -59,7 +59,7 @@ class DataConfig:
     # stream assembles the current batch (raystream.data.readahead); up to two chunks of frames more in memory
     decord_reset_frames: int = 1  # >0: after this many frames, flush decord's decoder at the next keyframe (a seek,
     # nothing decoded twice), so the frames decord queues ahead stay bounded by the GOP, not the video's length
-    # (see backends.DecordReader); 0 = never (decord's memory then grows as it reads a long video)
+    # (see backends.DecordReader); 0 = never (decord's memory then rises to an erratic, higher level)
     demo: DemoConfig = field(default_factory=DemoConfig)
 
 

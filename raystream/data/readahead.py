@@ -66,6 +66,8 @@ class ReadAhead:
 
     def get(self, indices: Sequence[int]) -> np.ndarray:
         indices = [int(i) for i in indices]
+        if not indices:
+            raise ValueError("ReadAhead.get needs at least one frame index")
         self._collect()
         missing = [i for i in indices if i not in self._held]
         if missing:
@@ -73,8 +75,6 @@ class ReadAhead:
                 self._held[i] = frame
         self.hits += len(indices) - len(missing)
         self.misses += len(missing)
-        if not indices:
-            raise ValueError("ReadAhead.get needs at least one frame index")
         out = np.stack([self._held[i] for i in indices])
         for i in [i for i in self._held if i <= indices[-1]]:  # the caller keeps what it asked for
             del self._held[i]

@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from raystream.config import _CHECKS, ConfigError, compose
-from raystream.models.config import DoraConfig, ScenarioConfig
+from raystream.config import ConfigError, compose
+from raystream.models.config import CHECKS as SCENARIO_CHECKS, DoraConfig, ScenarioConfig
 from raystream.models.dora.scenario import dora_options
 
 BAD_DORA = [
@@ -44,9 +44,9 @@ def test_local_crop_min_above_max_is_named():
 
 
 def test_every_dora_key_is_checked_and_the_shipped_presets_pass():
-    checked = {key for key, _, _ in _CHECKS}
+    checked = {key for key, _, _ in SCENARIO_CHECKS}
     unchecked = {f.name for f in dataclasses.fields(DoraConfig)} - {k.split(".")[-1] for k in checked
-                                                                      if k.startswith("scenario.dora.")}
+                                                                      if k.startswith("dora.")}
     assert unchecked <= {"norm_last_layer"}, unchecked  # a bool: the structured config already types it
     compose(["scenario=dora"])
     compose(["scenario=dora_paper"])

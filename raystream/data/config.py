@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from raystream.checks import Check, one_of
+from raystream.data.orders import ORDERS
+
 
 @dataclass
 class DemoConfig:
@@ -83,3 +86,50 @@ class StreamConfig:
     dtype: str = "float"  # float (in [0, 1]) | uint8
     epochs: int = 1
     seed: int = 0
+
+
+# The options a `data` / `stream` key takes; the factories in this package accept exactly these.
+DECODERS = ("decord", "pyav")
+ON_BAD_VIDEO = ("error", "skip")
+DEMO_KINDS = ("moving_digits", "walking_tour")
+STREAM_DTYPES = ("float", "uint8")
+
+STREAM_CHECKS = [
+    one_of("order", ORDERS),
+    Check("batch_size", lambda v: v >= 1, "an integer >= 1"),
+    Check("frames_per_clip", lambda v: v >= 1, "an integer >= 1"),
+    Check("fps", lambda v: v > 0, "a positive number of frames per second"),
+    Check("clip_shift", lambda v: v >= 1, "an integer >= 1 (source frames)"),
+    Check("target_frames", lambda v: v >= 0, "an integer >= 0"),
+    Check("resolution", lambda v: v >= 8, "an integer >= 8 (pixels)"),
+    one_of("dtype", STREAM_DTYPES),
+    Check("epochs", lambda v: v >= 1, "an integer >= 1"),
+    Check("target_offset_s", lambda v: v >= 0, "a time >= 0 (seconds)"),
+]
+
+DATA_CHECKS = [
+    one_of("decoder", DECODERS),
+    one_of("on_bad_video", ON_BAD_VIDEO),
+    Check("fps", lambda v: v is None or v > 0, "null or a positive source frame rate"),
+    Check("decode_timeout_s", lambda v: v > 0, "a positive number of seconds"),
+    Check("prefetch", lambda v: v >= 0, "an integer >= 0 (batches decoded ahead)"),
+    Check("max_read_through", lambda v: v >= 0, "an integer >= 0 (frames)"),
+    Check("max_open_videos", lambda v: v >= 1, "an integer >= 1"),
+    Check("read_ahead", lambda v: isinstance(v, bool), "true or false"),
+    Check("decord_reset_frames", lambda v: v >= 0, "an integer >= 0 (0 = never flush decord at keyframes)"),
+]
+
+DEMO_CHECKS = [
+    one_of("kind", DEMO_KINDS),
+    Check("num_videos", lambda v: v >= 1, "an integer >= 1"),
+    Check("frames_per_video", lambda v: v >= 1, "an integer >= 1"),
+    Check("fps", lambda v: v > 0, "a positive frame rate"),
+    Check("canvas", lambda v: v >= 16 and v % 2 == 0, "an even integer >= 16 (pixels)"),
+    Check("objects_per_frame", lambda v: v >= 1, "an integer >= 1"),
+    Check("drift_speed", lambda v: v >= 0, "a speed >= 0 (pixels per frame)"),
+    Check("scene_frames", lambda v: v >= 1, "an integer >= 1 (frames)"),
+    Check("digit_scale", lambda v: v >= 1, "an integer >= 1"),
+    Check("crf", lambda v: 0 <= v <= 51, "an x264 crf in [0, 51]"),
+    Check("probe_per_class", lambda v: v >= 2, "an integer >= 2"),
+    Check("heldout_videos", lambda v: v >= 1, "an integer >= 1"),
+]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from raystream.checks import Check, one_of
+
 
 @dataclass
 class EvalConfig:
@@ -29,3 +31,23 @@ class EvalConfig:
     attentive_lr: float = 1e-3
     heldout_batches: int = 8  # out-of-stream pixel error: held-out batches evaluated
     seed: int = 0
+
+
+# The options an `eval` key takes.
+PROBE_METRICS = ("knn", "linear", "attentive")
+LINEAR_OPTIMIZERS = ("lbfgs", "sgd")
+
+CHECKS = [
+    Check("every", lambda v: v >= 0, "an integer >= 0 (0 = only at the end)"),
+    Check("metrics", lambda v: all(m in PROBE_METRICS for m in v), "a list of knn, linear, attentive"),
+    Check("knn_k", lambda v: v >= 1, "an integer >= 1"),
+    Check("knn_temperature", lambda v: v > 0, "a temperature > 0"),
+    Check("probe_epochs", lambda v: v >= 1, "an integer >= 1"),
+    Check("max_probe_samples", lambda v: v >= 1, "an integer >= 1"),
+    Check("batch_size", lambda v: v >= 1, "an integer >= 1"),
+    one_of("linear_optimizer", LINEAR_OPTIMIZERS),
+    Check("linear_weight_decay", lambda v: v >= 0, "a weight decay >= 0"),
+    Check("attentive_epochs", lambda v: v >= 1, "an integer >= 1"),
+    Check("attentive_lr", lambda v: v > 0, "a learning rate > 0"),
+    Check("heldout_batches", lambda v: v >= 1, "an integer >= 1"),
+]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from raystream.checks import Check, one_of
+
 
 @dataclass
 class BackboneConfig:
@@ -79,3 +81,45 @@ class DoraConfig:
     sinkhorn_epsilon: float = 0.05
     sinkhorn_iters: int = 30
     loss_rule: str = "paper"  # paper | official (the official code's two quirks; see raystream/models/dora/loss.py)
+
+
+# The options a `scenario` key takes; `raystream.models.build_scenario` and the ViT presets accept exactly these.
+SCENARIOS = ("videomae", "future_prediction", "dora")
+BACKBONE_PRESETS = ("tiny", "small", "base", "large")
+MASK_MODES = ("per_sample", "per_batch", "fixed")
+DORA_LOSS_RULES = ("paper", "official")
+
+CHECKS = [
+    one_of("name", SCENARIOS),
+    one_of("backbone.preset", BACKBONE_PRESETS),
+    Check("mask.ratio", lambda v: 0 < v < 1, "a masking ratio in (0, 1)"),
+    one_of("mask.mode", MASK_MODES),
+    *[Check(f"backbone.{key}", lambda v: v is None or v >= 1, "null (the preset's) or an integer >= 1")
+      for key in ("patch_size", "embed_dim", "depth", "num_heads")],
+    Check("backbone.tubelet_size", lambda v: v >= 1, "an integer >= 1 (frames per tubelet)"),
+    Check("backbone.in_chans", lambda v: v >= 1, "an integer >= 1 (colour channels)"),
+    Check("backbone.init", lambda v: bool(v), "random, a .pt/.safetensors file or a checkpoint dir"),
+    Check("decoder_depth", lambda v: v >= 1, "an integer >= 1"),
+    Check("decoder_dim", lambda v: v is None or v >= 1, "null (half the encoder's) or an integer >= 1"),
+    Check("decoder_heads", lambda v: v is None or v >= 1, "null (half the encoder's) or an integer >= 1"),
+    # DoRA's ranges (the only place they are written; dora/scenario.py trusts them).
+    Check("dora.num_objects", lambda v: v >= 1, "an integer >= 1 (at most the backbone's heads)"),
+    Check("dora.local_crops", lambda v: v >= 0, "an integer >= 0"),
+    Check("dora.local_size", lambda v: v is None or v >= 1, "null (stream.resolution // 2) or a size in pixels >= 1"),
+    *[Check(f"dora.{key}", lambda v: 0 < v <= 1, "an area fraction in (0, 1]")
+      for key in ("local_crop_min", "local_crop_max", "global_crop_min")],
+    Check("dora", lambda v: v.local_crop_min <= v.local_crop_max,
+          "scenario.dora.local_crop_min <= scenario.dora.local_crop_max"),
+    *[Check(f"dora.{key}", lambda v: 0 <= v <= 1, "a probability in [0, 1]")
+      for key in ("color_jitter", "grayscale", "flip")],
+    Check("dora.out_dim", lambda v: v >= 2, "an integer >= 2"),
+    *[Check(f"dora.{key}", lambda v: v >= 1, "an integer >= 1")
+      for key in ("hidden_dim", "bottleneck_dim", "head_layers", "sinkhorn_iters")],
+    Check("dora.freeze_last_layer_steps", lambda v: v >= 0, "an integer >= 0 (steps)"),
+    *[Check(f"dora.{key}", lambda v: v > 0, "a temperature > 0") for key in ("student_temp", "teacher_temp")],
+    Check("dora.center_momentum", lambda v: 0 <= v < 1, "an EMA factor in [0, 1)"),
+    Check("dora.momentum_teacher", lambda v: 0 <= v <= 1, "an EMA factor in [0, 1]"),
+    Check("dora.momentum_steps", lambda v: v is None or v >= 1, "null (the run's total steps) or an integer >= 1"),
+    Check("dora.sinkhorn_epsilon", lambda v: v > 0, "a value > 0"),
+    one_of("dora.loss_rule", DORA_LOSS_RULES),
+]

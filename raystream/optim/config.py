@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from raystream.checks import Check, one_of
+
 
 @dataclass
 class OptimizerConfig:
@@ -36,3 +38,27 @@ class OptimizerConfig:
     warmup_steps: int = 10
     min_lr_ratio: float = 0.01  # cosine decays to lr * min_lr_ratio
     grad_clip: float = 0.0  # 0 disables clipping
+
+
+# The options an `optimizer` key takes; `raystream.optim.build_optimizer` accepts exactly these names.
+NAMES = ("adamw", "sgd", "orthogonal_adamw", "orthogonal_sgd", "slower_adamw")
+PROJECTIONS = ("global", "per_tensor", "dim0")
+ORTH_INITS = ("zero", "first_grad")
+
+CHECKS = [
+    one_of("name", NAMES),
+    Check("lr", lambda v: v >= 0, "a learning rate >= 0"),
+    Check("weight_decay", lambda v: v >= 0, "a weight decay >= 0"),
+    Check("orth_beta", lambda v: 0 <= v < 1, "an EMA factor in [0, 1)"),
+    one_of("projection", PROJECTIONS),
+    one_of("orth_init", ORTH_INITS),
+    Check("eps", lambda v: v >= 0, "an epsilon >= 0"),
+    Check("momentum", lambda v: v >= 0, "a momentum >= 0"),
+    Check("betas", lambda v: len(v) == 2 and all(0 <= b < 1 for b in v), "two Adam betas, each in [0, 1)"),
+    Check("weight_decay_end", lambda v: v is None or v >= 0,
+          "null (constant weight decay) or a final weight decay >= 0"),
+    Check("warmup_steps", lambda v: v >= 0, "an integer >= 0 (steps)"),
+    Check("min_lr_ratio", lambda v: 0 <= v <= 1, "a fraction of optimizer.lr in [0, 1]"),
+    Check("grad_clip", lambda v: v >= 0, "a gradient-norm bound >= 0 (0 = no clipping)"),
+    Check("no_decay_1d", lambda v: isinstance(v, bool), "true or false"),
+]

@@ -13,7 +13,7 @@ from raystream.optim.orthogonal import OrthogonalAdamW
 from raystream.optim.sgd import OrthogonalSGD
 from raystream.optim.slower import SlowerAdamW
 
-NAMES = ("adamw", "sgd", "orthogonal_adamw", "orthogonal_sgd", "slower_adamw")
+from raystream.optim.config import NAMES
 
 
 def build_optimizer(params, cfg: Any, diagnostics: bool = False) -> Optimizer:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from raystream.checks import Check
+
 
 @dataclass
 class TrackingConfig:
@@ -18,3 +20,6 @@ class TrackingConfig:
 
     tracking_uri: Optional[str] = None
     experiment: str = "raystream"
+
+
+CHECKS = [Check("experiment", lambda v: bool(v), "a non-empty MLflow experiment name")]

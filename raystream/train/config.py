@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from raystream.checks import Check, one_of
+
 
 @dataclass
 class TrainerConfig:
@@ -29,3 +31,20 @@ class TrainerConfig:
     log_checkpoint_artifact: bool = True  # log the final model.pt to MLflow
     ray_log_level: str = "WARNING"  # Ray Train's own log level (INFO shows every report and checkpoint)
     seed: int = 0
+
+
+RAY_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+CHECKS = [
+    Check("num_workers", lambda v: v >= 1, "an integer >= 1"),
+    Check("checkpoint_every", lambda v: v >= 1, "an integer >= 1"),
+    Check("keep_checkpoints", lambda v: v >= 1, "an integer >= 1"),
+    Check("max_failures", lambda v: v >= -1, "an integer >= -1 (-1 = retry forever)"),
+    Check("cpus_per_worker", lambda v: v > 0, "a number of CPUs > 0"),
+    Check("max_steps", lambda v: v is None or v >= 1, "null (the whole stream) or an integer >= 1"),
+    Check("log_every", lambda v: v >= 1, "an integer >= 1 (steps)"),
+    Check("report_every", lambda v: v >= 1, "an integer >= 1 (steps)"),
+    Check("run_name", lambda v: v is None or (bool(v) and "/" not in v and v.strip() == v),
+          "null (a generated name) or a name without '/' or surrounding spaces"),
+    one_of("ray_log_level", RAY_LOG_LEVELS),
+]

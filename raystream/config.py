@@ -7,6 +7,7 @@ here, before Ray starts, with a message naming the key. Ray-free.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Sequence, Tuple
@@ -96,8 +97,38 @@ SECTION_CHECKS: Tuple[Tuple[str, Sequence[Check]], ...] = (
 )
 
 
+def _required(*what: Any) -> Any:
+    raise ConfigError(f"a config key is not set: expected {', '.join(str(w) for w in what)}")
+
+
+# `key: ${required:what it is}` in a config file: the user must set `key` (an experiment's data, say). OmegaConf's
+# own `???` cannot do this: merged over the schema's default it leaves the default in place.
+OmegaConf.register_new_resolver("required", _required, replace=True)
+_REQUIRED = re.compile(r"^\$\{required:(.*)\}$", re.S)
+
+
+def required_keys(cfg: DictConfig) -> Dict[str, str]:
+    """`{dotted key: what is expected}` of the values still `${required:...}`."""
+    out: Dict[str, str] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}.{k}" if prefix else str(k))
+        elif isinstance(node, str) and _REQUIRED.match(node):
+            out[prefix] = _REQUIRED.match(node).group(1).strip()
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return out
+
+
 def check(cfg: DictConfig) -> None:
-    """Every section's range checks, then the checks across sections."""
+    """Required values (`${required:...}`, e.g. an experiment's data.videos) are set, every section's range checks
+    pass, then the checks across sections."""
+    unset = required_keys(cfg)
+    if unset:
+        raise ConfigError("; ".join(f"config key `{key}` is not set (experiment {cfg.experiment!r}): expected "
+                                    f"{what}; add `{key}=...`" for key, what in unset.items()))
     for section, checks in SECTION_CHECKS:
         for key, predicate, expected in checks:
             dotted = ".".join(k for k in (section, key) if k)
@@ -110,6 +141,9 @@ def check(cfg: DictConfig) -> None:
             f"config key `stream.batch_size` = {bs} is not divisible by `trainer.num_workers` = {workers}: "
             "every worker must hold an equal shard of each global batch"
         )
+    problem = models_config.decoder_error(cfg.scenario, cfg.stream)
+    if problem:
+        raise ConfigError(problem)
     if cfg.scenario.name == "dora":
         from raystream.models.vit import preset_shape
 

@@ -1,5 +1,6 @@
 """Attentive probe on frozen tokens (V-JEPA style): one learnable query cross-attends over all of a clip's tokens,
-then a linear layer classifies the attended vector. Only the probe is trained (AdamW, cosine schedule).
+then a linear layer classifies the attended vector. Only the probe is trained (AdamW, cosine schedule), for a number
+of epochs or exactly a number of mini-batch iterations.
 
 Tokens are cached by the caller (possibly in half precision to save memory) and cast to float per mini-batch.
 """
@@ -11,6 +12,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from raystream.eval.minibatch import minibatches, num_steps
 
 
 def default_heads(dim: int) -> int:
@@ -42,9 +45,10 @@ class AttentiveClassifier(nn.Module):
 def attentive_probe_top1(train_tokens: torch.Tensor, train_labels: torch.Tensor, test_tokens: torch.Tensor,
                          test_labels: torch.Tensor, num_classes: Optional[int] = None, *, epochs: int = 20,
                          lr: float = 1e-3, weight_decay: float = 1e-4, batch_size: int = 64,
-                         num_heads: Optional[int] = None, seed: int = 0,
+                         num_heads: Optional[int] = None, iterations: Optional[int] = None, seed: int = 0,
                          device: Optional[torch.device] = None) -> float:
-    """Top-1 accuracy in [0, 1] of an attentive probe fitted on `train_tokens` (N, L, D).
+    """Top-1 accuracy in [0, 1] of an attentive probe fitted on `train_tokens` (N, L, D), trained for `epochs`
+    epochs or, when given, exactly `iterations` mini-batches.
 
     The probe lives on `device` (default: the tokens' device); cached tokens move there one mini-batch at a time.
     """
@@ -61,18 +65,15 @@ def attentive_probe_top1(train_tokens: torch.Tensor, train_labels: torch.Tensor,
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(probe.parameters(), lr=lr, weight_decay=weight_decay)
     n = train_tokens.shape[0]
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max(1, epochs * -(-n // batch_size)))
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max(1, num_steps(n, batch_size, epochs, iterations)))
     with torch.enable_grad():
         probe.train()
-        for _ in range(epochs):
-            order = torch.randperm(n, generator=gen)
-            for start in range(0, n, batch_size):
-                idx = order[start:start + batch_size]
-                logits = probe(train_tokens[idx.to(train_tokens.device)].to(device).float())
-                opt.zero_grad()
-                F.cross_entropy(logits, y[idx].to(device)).backward()
-                opt.step()
-                sched.step()
+        for idx in minibatches(n, batch_size, epochs=epochs, iterations=iterations, generator=gen):
+            logits = probe(train_tokens[idx.to(train_tokens.device)].to(device).float())
+            opt.zero_grad()
+            F.cross_entropy(logits, y[idx].to(device)).backward()
+            opt.step()
+            sched.step()
     probe.eval()
     correct = 0
     with torch.no_grad():

@@ -13,11 +13,11 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch
 
 from raystream.eval.attentive import attentive_probe_top1
+from raystream.eval.config import PROBE_METRICS, EvalConfig
 from raystream.eval.knn import knn_top1
 from raystream.eval.linear import linear_probe_top1
 
 Encode = Callable[[torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
-METRICS = ("knn", "linear", "attentive")
 
 
 @torch.no_grad()
@@ -43,18 +43,18 @@ def _subset(x: torch.Tensor, y: torch.Tensor, limit: int, seed: int):
     return x[idx], y[idx]
 
 
-def probe_metrics(encode: Encode, probe: Any, eval_cfg: Any, device: Optional[torch.device] = None) -> Dict[str, float]:
+def probe_metrics(encode: Encode, probe: Any, eval_cfg: EvalConfig, device: Optional[torch.device] = None) -> Dict[str, float]:
     """The probe metrics in `eval_cfg.metrics` on `probe` (data.ProbeSet: train_x, train_y, test_x, test_y,
     num_classes), at most `eval_cfg.max_probe_samples` clips of each split (a seeded subset)."""
     metrics = [str(m) for m in eval_cfg.metrics]
-    unknown = [m for m in metrics if m not in METRICS]
+    unknown = [m for m in metrics if m not in PROBE_METRICS]
     if unknown:
-        raise ValueError(f"eval.metrics has {unknown}: expected a subset of {list(METRICS)}")
+        raise ValueError(f"eval.metrics has {unknown}: expected a subset of {list(PROBE_METRICS)}")
     if not metrics:
         return {}
-    seed = int(getattr(eval_cfg, "seed", 0))
+    seed = int(eval_cfg.seed)
     limit = int(eval_cfg.max_probe_samples)
-    batch = int(getattr(eval_cfg, "batch_size", 64))
+    batch = int(eval_cfg.batch_size)
     train_x, train_y = _subset(probe.train_x, probe.train_y, limit, seed)
     test_x, test_y = _subset(probe.test_x, probe.test_y, limit, seed + 1)
     keep = "attentive" in metrics
@@ -68,10 +68,12 @@ def probe_metrics(encode: Encode, probe: Any, eval_cfg: Any, device: Optional[to
     if "linear" in metrics:
         out["eval/linear_top1"] = linear_probe_top1(
             f_train, train_y, f_test, test_y, classes, epochs=int(eval_cfg.probe_epochs),
-            optimizer=str(getattr(eval_cfg, "linear_optimizer", "lbfgs")),
-            weight_decay=float(getattr(eval_cfg, "linear_weight_decay", 1e-4)), seed=seed)
+            optimizer=str(eval_cfg.linear_optimizer), lr=eval_cfg.linear_lr,
+            batch_size=int(eval_cfg.linear_batch_size), iterations=eval_cfg.linear_iterations,
+            weight_decay=float(eval_cfg.linear_weight_decay), seed=seed)
     if "attentive" in metrics:
         out["eval/attn_top1"] = attentive_probe_top1(
-            t_train, train_y, t_test, test_y, classes, epochs=int(getattr(eval_cfg, "attentive_epochs", 20)),
-            lr=float(getattr(eval_cfg, "attentive_lr", 1e-3)), batch_size=batch, seed=seed, device=f_train.device)
+            t_train, train_y, t_test, test_y, classes, epochs=int(eval_cfg.attentive_epochs),
+            iterations=eval_cfg.attentive_iterations, lr=float(eval_cfg.attentive_lr),
+            batch_size=int(eval_cfg.attentive_batch_size or batch), seed=seed, device=f_train.device)
     return out

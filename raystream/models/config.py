@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from raystream.checks import Check, one_of
 
@@ -39,13 +39,16 @@ class MaskConfig:
 class ScenarioConfig:
     """Which of the paper's scenarios a run trains: videomae | future_prediction | dora.
 
-    The decoder (VideoMAE, future prediction) defaults to half the encoder's width and heads when
-    `decoder_dim` / `decoder_heads` are None.
+    `decoder` (VideoMAE, future prediction): `transformer`, MAE's light decoder of `decoder_depth` blocks, width and
+    heads half the encoder's when `decoder_dim` / `decoder_heads` are None; or `linear` (future prediction only,
+    the paper's Table 7): one linear map from each encoder token to the pixels of the target tubelet at the same
+    place, so the clip and its targets must have the same number of frames.
     """
 
     name: str = "videomae"
     backbone: BackboneConfig = field(default_factory=BackboneConfig)
     mask: MaskConfig = field(default_factory=MaskConfig)
+    decoder: str = "transformer"  # transformer | linear
     decoder_depth: int = 1
     decoder_dim: Optional[int] = None
     decoder_heads: Optional[int] = None
@@ -88,6 +91,7 @@ SCENARIOS = ("videomae", "future_prediction", "dora")
 BACKBONE_PRESETS = ("tiny", "small", "base", "large")
 MASK_MODES = ("per_sample", "per_batch", "fixed")
 DORA_LOSS_RULES = ("paper", "official")
+DECODERS = ("transformer", "linear")
 
 CHECKS = [
     one_of("name", SCENARIOS),
@@ -99,6 +103,7 @@ CHECKS = [
     Check("backbone.tubelet_size", lambda v: v >= 1, "an integer >= 1 (frames per tubelet)"),
     Check("backbone.in_chans", lambda v: v >= 1, "an integer >= 1 (colour channels)"),
     Check("backbone.init", lambda v: bool(v), "random, a .pt/.safetensors file or a checkpoint dir"),
+    one_of("decoder", DECODERS),
     Check("decoder_depth", lambda v: v >= 1, "an integer >= 1"),
     Check("decoder_dim", lambda v: v is None or v >= 1, "null (half the encoder's) or an integer >= 1"),
     Check("decoder_heads", lambda v: v is None or v >= 1, "null (half the encoder's) or an integer >= 1"),
@@ -123,3 +128,21 @@ CHECKS = [
     Check("dora.sinkhorn_epsilon", lambda v: v > 0, "a value > 0"),
     one_of("dora.loss_rule", DORA_LOSS_RULES),
 ]
+
+
+def decoder_error(scenario: "ScenarioConfig", stream: "Any") -> Optional[str]:
+    """Why `scenario.decoder` cannot serve this scenario on this stream (a message naming the keys), or None.
+
+    A `linear` decoder maps encoder token i to target token i: only future prediction has a target for every
+    encoder token, and only when the clip and its targets have the same number of frames.
+    """
+    if scenario.decoder != "linear":
+        return None
+    if scenario.name != "future_prediction":
+        return (f"config key `scenario.decoder` = 'linear' with `scenario.name` = {scenario.name!r}: expected "
+                "scenario.name=future_prediction (a linear decoder cannot fill in tokens the encoder never saw)")
+    if stream.target_frames != stream.frames_per_clip:
+        return (f"config key `scenario.decoder` = 'linear' maps each input token to one target token: expected "
+                f"`stream.target_frames` = `stream.frames_per_clip`, got {stream.target_frames} and "
+                f"{stream.frames_per_clip}")
+    return None

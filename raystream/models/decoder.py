@@ -1,18 +1,22 @@
-"""The light MAE-style decoder shared by VideoMAE and future prediction.
+"""The decoders of VideoMAE and future prediction (`scenario.decoder`).
 
-It projects the encoder's tokens to its own width, adds fixed sinusoidal positions, appends one learned mask token
+`transformer` (PixelDecoder), the light MAE-style decoder: it projects the encoder's tokens to its own width, adds fixed sinusoidal positions, appends one learned mask token
 per position to predict (with that position's sinusoid), runs a few transformer blocks, and maps each queried
 token to the pixels of its tubelet patch. VideoMAE queries the masked tokens of the clip; future prediction queries
 every token of the frames that follow.
+
+`linear` (LinearDecoder, future prediction only, the paper's Table 7): encoder token i, read from the input clip, is
+mapped by one linear layer to the pixels of target token i, the tubelet at the same place in the target frames.
 """
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Tuple, Union
 
 import torch
 from torch import nn
 
+from raystream.models.config import ScenarioConfig
 from raystream.models.scenario import seeded, weight_seed
 from raystream.models.vit import Block, VisionTransformer, build_vit, init_weights, sinusoid_table
 
@@ -48,18 +52,38 @@ class PixelDecoder(nn.Module):
         return self.head(self.norm(x[:, -nq:]))
 
 
-def build_decoder(scenario_cfg: Any, encoder: VisionTransformer, out_dim: int) -> PixelDecoder:
-    """The decoder of `scenario.decoder_{dim,depth,heads}`; width and heads default to half the encoder's
+class LinearDecoder(nn.Module):
+    """Target token i from encoder token i through one linear layer (no attention, no positions of its own)."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.head = nn.Linear(in_dim, out_dim)
+        init_weights(self)
+
+    def forward(self, tokens: torch.Tensor, known: torch.Tensor, query: torch.Tensor, total: int) -> torch.Tensor:
+        """The PixelDecoder call: predict the patches at positions `query` (B, Nq) from `tokens` (B, Nk, in_dim);
+        needs Nq == Nk (token i answers query i)."""
+        if query.shape[1] != tokens.shape[1]:
+            raise ValueError(f"a linear decoder maps each of the {tokens.shape[1]} input tokens to one target token, "
+                             f"but {query.shape[1]} target tokens were asked for (stream.target_frames must equal "
+                             "stream.frames_per_clip)")
+        return self.head(tokens)
+
+
+Decoder = Union[PixelDecoder, LinearDecoder]
+
+
+def build_decoder(scenario_cfg: ScenarioConfig, encoder: VisionTransformer, out_dim: int) -> Decoder:
+    """The decoder `scenario.decoder` names. The transformer's width and heads default to half the encoder's
     (VideoMAE: 192/3 for ViT-S, 384/6 for ViT-B, 512/8 for ViT-L)."""
-    dim = getattr(scenario_cfg, "decoder_dim", None) or encoder.embed_dim // 2
-    heads = getattr(scenario_cfg, "decoder_heads", None) or max(1, encoder.num_heads // 2)
-    depth = int(getattr(scenario_cfg, "decoder_depth", 4))
-    if depth < 1:
-        raise ValueError(f"scenario.decoder_depth = {depth}: expected an integer >= 1")
-    return PixelDecoder(encoder.embed_dim, int(dim), depth, int(heads), out_dim)
+    if scenario_cfg.decoder == "linear":
+        return LinearDecoder(encoder.embed_dim, out_dim)
+    dim = scenario_cfg.decoder_dim or encoder.embed_dim // 2
+    heads = scenario_cfg.decoder_heads or max(1, encoder.num_heads // 2)
+    return PixelDecoder(encoder.embed_dim, int(dim), int(scenario_cfg.decoder_depth), int(heads), out_dim)
 
 
-def build_encoder_decoder(scenario_cfg: Any, stream_cfg: Any, seed: int) -> Tuple[VisionTransformer, PixelDecoder]:
+def build_encoder_decoder(scenario_cfg: ScenarioConfig, stream_cfg, seed: int) -> Tuple[VisionTransformer, Decoder]:
     """The seeded video encoder for the stream's clips and a decoder predicting tubelet pixels."""
     with seeded(weight_seed(scenario_cfg, seed)):
         encoder = build_vit(scenario_cfg.backbone, img_size=int(stream_cfg.resolution),

@@ -3,7 +3,8 @@
 The stream supplies the input clip (`frames`, stream.frames_per_clip) and the frames to predict (`target`,
 stream.target_frames, starting stream.target_offset_s after the clip). The encoder reads every input tubelet; the
 decoder queries one mask token per tubelet of the target frames, at the sinusoidal positions that continue the
-input's (t, h, w) order, and outputs pixels. Loss: pixel MSE.
+input's (t, h, w) order, and outputs pixels; or, with `scenario.decoder=linear` (the paper's Table 7), one linear
+layer maps each input token to the target tubelet at the same place. Loss: pixel MSE.
 
 In-stream evaluation: `forward` also returns `in_stream/mse` and `in_stream/psnr` of the very predictions the loss
 is computed from (detached), i.e. the error on the incoming batch before the optimizer updates on it.
@@ -20,7 +21,8 @@ from torch import nn
 
 from raystream.eval.pixels import pixel_metrics
 from raystream.models.checkpoint import initialise
-from raystream.models.decoder import PixelDecoder, build_encoder_decoder
+from raystream.models.config import ScenarioConfig, decoder_error
+from raystream.models.decoder import Decoder, build_encoder_decoder
 from raystream.models.pixels import as_float, normalize_input, unpatchify
 from raystream.models.scenario import Scenario, register_scenario
 from raystream.models.vit import VisionTransformer
@@ -29,7 +31,7 @@ from raystream.models.vit import VisionTransformer
 class FuturePredictor(nn.Module):
     """forward(batch_dict) -> {'loss', 'in_stream/mse', 'in_stream/psnr'}; predict(frames) -> target frames."""
 
-    def __init__(self, encoder: VisionTransformer, decoder: PixelDecoder, *, target_frames: int):
+    def __init__(self, encoder: VisionTransformer, decoder: Decoder, *, target_frames: int):
         super().__init__()
         self.encoder, self.decoder, self.target_frames = encoder, decoder, target_frames
 
@@ -69,14 +71,17 @@ class FuturePredictionScenario(Scenario):
 
 
 @register_scenario("future_prediction")
-def build_future_prediction(scenario_cfg: Any, stream_cfg: Any, seed: int = 0) -> FuturePredictionScenario:
+def build_future_prediction(scenario_cfg: ScenarioConfig, stream_cfg: Any, seed: int = 0) -> FuturePredictionScenario:
     """A future predictor from `stream.frames_per_clip` frames to `stream.target_frames` frames."""
-    target_frames = int(getattr(stream_cfg, "target_frames", 0) or 0)
+    target_frames = int(stream_cfg.target_frames)
     tubelet = int(scenario_cfg.backbone.tubelet_size)
     if target_frames < 1 or target_frames % tubelet:
         raise ValueError(f"stream.target_frames = {target_frames}: future_prediction needs target frames, a "
                          f"positive multiple of scenario.backbone.tubelet_size = {tubelet} (the paper: 4)")
+    problem = decoder_error(scenario_cfg, stream_cfg)
+    if problem:
+        raise ValueError(problem)
     encoder, decoder = build_encoder_decoder(scenario_cfg, stream_cfg, seed)
     model = FuturePredictor(encoder, decoder, target_frames=target_frames)
-    initialise(model, getattr(scenario_cfg.backbone, "init", "random"))
+    initialise(model, scenario_cfg.backbone.init)
     return FuturePredictionScenario(model, seed)

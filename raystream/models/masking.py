@@ -17,7 +17,9 @@ from typing import Sequence, Tuple
 import numpy as np
 import torch
 
-MODES = ("per_sample", "per_batch", "fixed")
+from raystream.checks import options_text
+from raystream.models.config import MASK_MODES
+
 _TAG = {"per_sample": 1, "per_batch": 2, "fixed": 3}
 
 
@@ -40,8 +42,8 @@ def tube_masks(grid: Tuple[int, int, int], ratio: float, mode: str, *, seed: int
     `grid` is the token grid (t, h, w). Every row hides the same number of tokens, so the encoder can drop them by
     reshaping.
     """
-    if mode not in MODES:
-        raise ValueError(f"scenario.mask.mode = {mode!r}: expected one of {', '.join(MODES)}")
+    if mode not in MASK_MODES:
+        raise ValueError(f"scenario.mask.mode = {mode!r}: expected one of {options_text(MASK_MODES)}")
     if not 0 < ratio < 1:
         raise ValueError(f"scenario.mask.ratio = {ratio!r}: expected a ratio in (0, 1)")
     t, h, w = grid

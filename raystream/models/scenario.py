@@ -12,7 +12,8 @@ The loop never branches on the scenario:
                                 heldout=heldout_batches if 'heldout' in scenario.needs else None)
 
 A scenario module registers its builder with `@register_scenario("name")`; `build_scenario` imports
-`raystream.models.<name>` on first use, so adding a scenario (e.g. `dora.py`) touches no other file.
+`raystream.models.<name>` on first use. Adding a scenario: its module, and its name in `SCENARIOS`
+(raystream/models/config.py), the options `scenario.name` accepts.
 """
 
 from __future__ import annotations
@@ -25,15 +26,19 @@ import numpy as np
 import torch
 from torch import nn
 
+from raystream.checks import options_text
+from raystream.eval.config import EvalConfig
 from raystream.eval.pixels import heldout_pixel_metrics
 from raystream.eval.probes import probe_metrics
+from raystream.models.config import SCENARIOS, ScenarioConfig
 
 Builder = Callable[[Any, Any, int], "Scenario"]
 _REGISTRY: Dict[str, Builder] = {}
 
 
 def register_scenario(name: str) -> Callable[[Builder], Builder]:
-    """Decorator: `builder(scenario_cfg, stream_cfg, seed) -> Scenario` becomes `scenario.name=<name>`."""
+    """Decorator: `builder(scenario_cfg, stream_cfg, seed) -> Scenario` becomes `scenario.name=<name>` (the config
+    accepts the names listed in `SCENARIOS`)."""
 
     def deco(builder: Builder) -> Builder:
         _REGISTRY[name] = builder
@@ -42,24 +47,20 @@ def register_scenario(name: str) -> Callable[[Builder], Builder]:
     return deco
 
 
-def build_scenario(scenario_cfg: Any, stream_cfg: Any, seed: int = 0) -> "Scenario":
-    """The scenario named by `scenario_cfg.name`, its model initialised (seeded, or from `backbone.init`)."""
+def build_scenario(scenario_cfg: ScenarioConfig, stream_cfg: Any, seed: int = 0) -> "Scenario":
+    """The scenario named by `scenario_cfg.name` (one of `SCENARIOS`), its model initialised (seeded, or from
+    `backbone.init`)."""
     name = str(scenario_cfg.name)
+    if name not in _REGISTRY and name in SCENARIOS:
+        importlib.import_module(f"raystream.models.{name}")  # registers it
     if name not in _REGISTRY:
-        try:
-            importlib.import_module(f"raystream.models.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"raystream.models.{name}":
-                raise
-    if name not in _REGISTRY:
-        raise ValueError(f"scenario.name = {name!r}: expected one of {sorted(_REGISTRY)}")
+        raise ValueError(f"scenario.name = {name!r}: expected one of {options_text(SCENARIOS)}")
     return _REGISTRY[name](scenario_cfg, stream_cfg, int(seed))
 
 
-def weight_seed(scenario_cfg: Any, seed: int) -> int:
+def weight_seed(scenario_cfg: ScenarioConfig, seed: int) -> int:
     """The seed the model's random weights are drawn from: a mix of `scenario.backbone.seed` and the run seed."""
-    backbone_seed = int(getattr(scenario_cfg.backbone, "seed", 0))
-    return int(np.random.SeedSequence([backbone_seed, int(seed)]).generate_state(1)[0])
+    return int(np.random.SeedSequence([int(scenario_cfg.backbone.seed), int(seed)]).generate_state(1)[0])
 
 
 @contextmanager
@@ -117,7 +118,7 @@ class Scenario:
             raise NotImplementedError(f"scenario {self.name!r} does not predict frames")
         return model.predict(frames)
 
-    def evaluate(self, model: nn.Module, eval_cfg: Any, probe: Any = None,
+    def evaluate(self, model: nn.Module, eval_cfg: EvalConfig, probe: Any = None,
                  heldout: Optional[Iterable] = None) -> Dict[str, float]:
         """`eval/<metric>` floats: probe metrics when `probe` is given, out-of-stream pixel metrics when `heldout`
         is. The model is frozen (eval mode, no gradients) and put back in its previous mode afterwards."""
@@ -131,7 +132,7 @@ class Scenario:
                 out.update(probe_metrics(lambda x: self.encode(net, x), probe, eval_cfg, device=device))
             if heldout is not None:
                 out.update(heldout_pixel_metrics(lambda x: self.predict(net, x), heldout,
-                                                 max_batches=int(getattr(eval_cfg, "heldout_batches", 8)),
+                                                 max_batches=int(eval_cfg.heldout_batches),
                                                  device=device))
         finally:
             net.train(was_training)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from raystream.models.checkpoint import initialise
+from raystream.models.config import ScenarioConfig, decoder_error
 from raystream.models.decoder import PixelDecoder, build_encoder_decoder
 from raystream.models.masking import tube_masks
 from raystream.models.pixels import as_float, normalize_input, patch_target
@@ -68,12 +69,15 @@ class VideoMAEScenario(Scenario):
 
 
 @register_scenario("videomae")
-def build_videomae(scenario_cfg: Any, stream_cfg: Any, seed: int = 0) -> VideoMAEScenario:
+def build_videomae(scenario_cfg: ScenarioConfig, stream_cfg: Any, seed: int = 0) -> VideoMAEScenario:
     """A VideoMAE for clips of `stream.frames_per_clip` frames at `stream.resolution` pixels."""
+    problem = decoder_error(scenario_cfg, stream_cfg)
+    if problem:
+        raise ValueError(problem)
     frames, res = int(stream_cfg.frames_per_clip), int(stream_cfg.resolution)
     encoder, decoder = build_encoder_decoder(scenario_cfg, stream_cfg, seed)
     model = VideoMAE(encoder, decoder, mask_ratio=float(scenario_cfg.mask.ratio), mask_mode=str(scenario_cfg.mask.mode),
-                     norm_pix_loss=bool(getattr(scenario_cfg, "norm_pix_loss", True)), seed=seed)
+                     norm_pix_loss=bool(scenario_cfg.norm_pix_loss), seed=seed)
     model.masks(torch.empty(1, frames, 1, res, res, device="meta"), 0, [0])  # fail early on a bad mask
-    initialise(model, getattr(scenario_cfg.backbone, "init", "random"))
+    initialise(model, scenario_cfg.backbone.init)
     return VideoMAEScenario(model, seed)

@@ -23,6 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from raystream.checks import options_text
+from raystream.models.config import BACKBONE_PRESETS, BackboneConfig
+
 
 @dataclass(frozen=True)
 class ViTShape:
@@ -33,7 +36,8 @@ class ViTShape:
     mlp_ratio: float = 4.0
 
 
-# tiny is the CPU preset of tests and the demo; small/base/large are ViT-S/16, ViT-B/16, ViT-L/16.
+# One shape per name of BACKBONE_PRESETS (raystream/models/config.py): tiny is the CPU preset of tests and the
+# demo; small/base/large are ViT-S/16, ViT-B/16, ViT-L/16.
 PRESETS: Dict[str, ViTShape] = {
     "tiny": ViTShape(patch_size=8, embed_dim=96, depth=3, num_heads=3),
     "small": ViTShape(patch_size=16, embed_dim=384, depth=12, num_heads=6),
@@ -42,15 +46,15 @@ PRESETS: Dict[str, ViTShape] = {
 }
 
 
-def preset_shape(backbone_cfg: Any) -> ViTShape:
+def preset_shape(backbone_cfg: BackboneConfig) -> ViTShape:
     """The preset named by `backbone_cfg.preset` with any of patch_size/embed_dim/depth/num_heads overridden."""
     name = backbone_cfg.preset
-    if name not in PRESETS:
-        raise ValueError(f"scenario.backbone.preset = {name!r}: expected one of {sorted(PRESETS)}")
+    if name not in BACKBONE_PRESETS:
+        raise ValueError(f"scenario.backbone.preset = {name!r}: expected one of {options_text(BACKBONE_PRESETS)}")
     base = PRESETS[name]
-    fields = {k: getattr(backbone_cfg, k, None) for k in ("patch_size", "embed_dim", "depth", "num_heads")}
-    shape = ViTShape(**{k: (v if v is not None else getattr(base, k)) for k, v in fields.items()},
-                     mlp_ratio=base.mlp_ratio)
+    shape = ViTShape(patch_size=backbone_cfg.patch_size or base.patch_size,
+                     embed_dim=backbone_cfg.embed_dim or base.embed_dim, depth=backbone_cfg.depth or base.depth,
+                     num_heads=backbone_cfg.num_heads or base.num_heads, mlp_ratio=base.mlp_ratio)
     if shape.embed_dim % shape.num_heads != 0:
         raise ValueError(f"scenario.backbone.embed_dim = {shape.embed_dim} is not divisible by "
                          f"scenario.backbone.num_heads = {shape.num_heads}")
@@ -221,17 +225,16 @@ def init_weights(module: nn.Module) -> None:
             nn.init.zeros_(m.bias)
 
 
-def build_vit(backbone_cfg: Any, *, img_size: int, num_frames: int, in_chans: int = 3) -> VisionTransformer:
+def build_vit(backbone_cfg: BackboneConfig, *, img_size: int, num_frames: int) -> VisionTransformer:
     """The backbone named by `scenario.backbone` for inputs of `num_frames` x `img_size`^2 pixels."""
     shape = preset_shape(backbone_cfg)
-    tubelet = int(getattr(backbone_cfg, "tubelet_size", 1))
-    in_chans = int(getattr(backbone_cfg, "in_chans", in_chans))
+    tubelet = int(backbone_cfg.tubelet_size)
     if img_size % shape.patch_size:
         raise ValueError(f"stream.resolution = {img_size} is not divisible by the patch size {shape.patch_size} "
                          f"(scenario.backbone.patch_size / preset {backbone_cfg.preset!r})")
     if tubelet > 1 and num_frames % tubelet:
         raise ValueError(f"{num_frames} frames per clip are not divisible by scenario.backbone.tubelet_size = "
                          f"{tubelet}")
-    return VisionTransformer(img_size=img_size, patch_size=shape.patch_size, in_chans=in_chans,
+    return VisionTransformer(img_size=img_size, patch_size=shape.patch_size, in_chans=int(backbone_cfg.in_chans),
                              embed_dim=shape.embed_dim, depth=shape.depth, num_heads=shape.num_heads,
                              mlp_ratio=shape.mlp_ratio, num_frames=num_frames, tubelet_size=tubelet)

@@ -294,7 +294,7 @@ def test_bad_config_names_the_key():
 def test_paper_preset_constructs_vit_small():
     from raystream.config import compose
 
-    cfg = compose(["+experiment=dora_paper"])
+    cfg = compose(["+experiment=dora_paper", "data.videos=venice.mp4", "eval.dataset=probe"])
     assert (cfg.stream.frames_per_clip, cfg.stream.fps, cfg.stream.batch_size, cfg.stream.resolution) == (8, 1, 32, 224)
     assert cfg.optimizer.lr == pytest.approx(5e-4) and cfg.optimizer.weight_decay == pytest.approx(0.04)
     with torch.device("meta"):  # shapes and counts only: no 88M-value allocation on the CI machine

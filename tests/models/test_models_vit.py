@@ -17,6 +17,12 @@ def count(module):
     return sum(p.numel() for p in module.parameters())
 
 
+def video_params(preset: str) -> int:
+    """The image ViT's count without [CLS] and learned positions, with a 2 x 16 x 16 Conv3d tubelet embedding."""
+    d = PRESETS[preset].embed_dim
+    return VIT_PARAMS[preset] - d - 197 * d - 3 * 16 * 16 * d + 3 * 2 * 16 * 16 * d
+
+
 @pytest.mark.parametrize("preset", ["small", "base", "large"])
 def test_image_presets_match_vit_s_b_l_parameter_counts(preset):
     s = PRESETS[preset]
@@ -32,18 +38,28 @@ def test_video_preset_swaps_image_patch_embedding_for_tubelets():
         vit = VisionTransformer(img_size=224, patch_size=16, embed_dim=768, depth=12, num_heads=12, num_frames=16,
                                 tubelet_size=2)
     # no [CLS], no learned positions (fixed sinusoid), Conv3d 2x16x16 instead of Conv2d 16x16
-    expected = VIT_PARAMS["base"] - 768 - 197 * 768 - (3 * 16 * 16 * 768) + (3 * 2 * 16 * 16 * 768)
-    assert count(vit) == expected and s.embed_dim == 768
+    assert count(vit) == video_params("base") == 86_236_416 and s.embed_dim == 768
 
 
-@pytest.mark.parametrize("scenario, frames", [("videomae_paper", 16), ("future_prediction_paper", 4)])
-def test_paper_scale_scenarios_construct_from_config(scenario, frames):
+@pytest.mark.parametrize("scenario, frames, preset, decoder", [("videomae_paper", 16, "base", "PixelDecoder"),
+                                                               ("future_prediction_paper", 4, "large", "LinearDecoder")])
+def test_paper_scale_scenarios_construct_from_config(scenario, frames, preset, decoder):
     cfg = compose([f"scenario={scenario}"])
     with torch.device("meta"):
         sc = build_scenario(cfg.scenario, cfg.stream, seed=0)
     assert cfg.stream.resolution == 224 and cfg.stream.frames_per_clip == frames
-    assert count(sc.model.encoder) == 86_236_416  # ViT-B/16 with tubelet embedding
-    assert sc.model.decoder.dim == 384 and len(sc.model.decoder.blocks) == 4
+    assert count(sc.model.encoder) == video_params(preset)  # ViT-B/16 86.2M, ViT-L/16 303.9M
+    assert type(sc.model.decoder).__name__ == decoder
+    if decoder == "PixelDecoder":
+        assert sc.model.decoder.dim == 384 and len(sc.model.decoder.blocks) == 4
+    else:  # Table 7: one linear map, token -> the 2 x 16 x 16 x 3 pixels of its target tubelet
+        assert count(sc.model.decoder) == 1024 * 1536 + 1536
+
+
+def test_every_backbone_preset_has_a_shape():
+    from raystream.models.config import BACKBONE_PRESETS
+
+    assert tuple(PRESETS) == BACKBONE_PRESETS
 
 
 def test_tiny_video_tokens_and_visible_only_encoding():

@@ -28,7 +28,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-RULES = ("paper", "official")
+from raystream.checks import options_text
+from raystream.models.config import DORA_LOSS_RULES
 
 
 def cross_entropy(p: torch.Tensor, logits: torch.Tensor, student_temp: float) -> torch.Tensor:
@@ -42,8 +43,8 @@ class DoraLoss(nn.Module):
     def __init__(self, out_dim: int, *, student_temp: float = 0.1, teacher_temp: float = 0.04,
                  center_momentum: float = 0.9, rule: str = "paper"):
         super().__init__()
-        if rule not in RULES:
-            raise ValueError(f"scenario.dora.loss_rule = {rule!r}: expected one of {', '.join(RULES)}")
+        if rule not in DORA_LOSS_RULES:
+            raise ValueError(f"scenario.dora.loss_rule = {rule!r}: expected one of {options_text(DORA_LOSS_RULES)}")
         self.student_temp, self.teacher_temp = float(student_temp), float(teacher_temp)
         self.center_momentum, self.rule = float(center_momentum), rule
         self.register_buffer("center", torch.zeros(1, out_dim))

@@ -19,6 +19,7 @@ from typing import Any, Dict, Sequence, Tuple
 import torch
 from torch import nn
 
+from raystream.models.config import DoraConfig
 from raystream.models.dora.augment import choose_heads, make_views
 from raystream.models.dora.head import DINOHead
 from raystream.models.dora.loss import DoraLoss
@@ -42,7 +43,8 @@ class StudentTeacherNet(nn.Module):
 class DoRA(nn.Module):
     """forward(batch_dict) -> {'loss', 'teacher_entropy'}; encode(clips) -> teacher (features, tokens)."""
 
-    def __init__(self, backbone: VisionTransformer, head: DINOHead, cfg: Any, *, local_size: int, seed: int = 0):
+    def __init__(self, backbone: VisionTransformer, head: DINOHead, cfg: DoraConfig, *, local_size: int,
+                 seed: int = 0):
         super().__init__()
         self.student = StudentTeacherNet(backbone, head)
         self.teacher = frozen_copy(self.student)

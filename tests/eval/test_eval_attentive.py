@@ -24,6 +24,13 @@ def test_finds_the_informative_token():
     assert acc > 0.9
 
 
+def test_iterations_override_epochs():
+    x, y = _tokens()
+    args = dict(epochs=100, lr=3e-3, batch_size=32)  # 100 epochs would learn the task
+    assert attentive_probe_top1(x[:160], y[:160], x[160:], y[160:], 3, iterations=1, **args) < 0.6
+    assert attentive_probe_top1(x[:160], y[:160], x[160:], y[160:], 3, iterations=125, **args) > 0.9
+
+
 def test_random_labels_give_chance():
     x, _ = _tokens(n=600)
     y = torch.randint(0, 3, (600,), generator=torch.Generator().manual_seed(5))

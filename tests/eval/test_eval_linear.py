@@ -16,12 +16,23 @@ def _linear_data(n=1000, dim=10, classes=4, seed=0, margin=2.0):
     return x[keep], top2.indices[keep, 0]
 
 
-@pytest.mark.parametrize("optimizer", ["lbfgs", "sgd"])
+@pytest.mark.parametrize("optimizer", ["lbfgs", "sgd", "adamw"])
 def test_linearly_separable_features(optimizer):
     x, y = _linear_data()
     acc = linear_probe_top1(x[:700], y[:700], x[700:], y[700:], 4, optimizer=optimizer,
-                            epochs=100 if optimizer == "lbfgs" else 30, weight_decay=0.0)
+                            epochs=100 if optimizer == "lbfgs" else 30, weight_decay=0.0,
+                            lr=0.1 if optimizer == "adamw" else None)
     assert acc > 0.95
+
+
+@pytest.mark.parametrize("optimizer, lr", [("sgd", 0.01), ("adamw", 3e-2)])
+def test_mini_batch_probe_runs_exactly_the_given_iterations(optimizer, lr):
+    x, y = _linear_data()
+    args = dict(optimizer=optimizer, lr=lr, batch_size=32, weight_decay=0.0, seed=1)
+    one = linear_probe_top1(x[:700], y[:700], x[700:], y[700:], 4, iterations=1, **args)
+    many = linear_probe_top1(x[:700], y[:700], x[700:], y[700:], 4, iterations=400, **args)
+    epochs = linear_probe_top1(x[:700], y[:700], x[700:], y[700:], 4, epochs=1, **args)  # 22 mini-batches
+    assert one < 0.6 < epochs and many > 0.95
 
 
 def test_random_labels_give_chance():

@@ -93,6 +93,7 @@ def _probe(scenario, data_cfg, stream_cfg):
     assert metrics["eval/knn_top1"] > chance and metrics["eval/linear_top1"] > chance
 
 
+@pytest.mark.slow  # a training run (tens of seconds on a shared CPU)
 def test_tiny_dora_loss_falls_on_the_shuffled_walking_tour_stream(walking_tour):
     stream_cfg = StreamConfig(order="shuffled", batch_size=4, frames_per_clip=2, fps=4, clip_shift=1, resolution=32,
                               epochs=2)
@@ -108,6 +109,7 @@ def test_tiny_dora_loss_falls_on_the_shuffled_walking_tour_stream(walking_tour):
     _probe(scenario, walking_tour, stream_cfg)
 
 
+@pytest.mark.slow  # a training run (tens of seconds on a shared CPU)
 def test_tiny_dora_learns_on_the_walking_tour_stream(walking_tour):
     stream_cfg = StreamConfig(batch_size=4, frames_per_clip=2, fps=4, clip_shift=1, resolution=32, epochs=2)
     scenario, losses, before, after = _train(walking_tour, stream_cfg, (64, 64, 32), PROBE_STEPS)

@@ -34,6 +34,7 @@ def _fixed_loss(model, batches, key):
         return sum(float(model(b)[key]) for b in batches) / len(batches)
 
 
+@pytest.mark.slow  # training runs (tens of seconds each on a shared CPU)
 @pytest.mark.parametrize("name, target_frames, epochs, min_steps, key, factor", [
     ("videomae", 0, 2, 200, "loss", 0.8),
     ("future_prediction", 4, 1, 90, "in_stream/mse", 0.5),

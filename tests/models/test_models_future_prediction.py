@@ -61,3 +61,36 @@ def test_out_of_stream_evaluation_does_not_learn():
     assert metrics["eval/mse_out_of_stream"] > 0
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
     assert model.training
+
+
+def test_linear_decoder_maps_each_input_token_to_the_target_tubelet_at_its_place():
+    """scenario.decoder=linear (the paper's Table 7): one linear layer from encoder token i to the pixels of target
+    token i (same tubelet slot, 0.64 s later); no attention, no mask tokens."""
+    from raystream.models.decoder import LinearDecoder
+    from raystream.models.pixels import normalize_input, unpatchify
+
+    sc = build_scenario(tiny_cfg("future_prediction", norm_pix_loss=False, decoder="linear"),
+                        stream_cfg(target_frames=4), seed=0)
+    model = sc.model
+    assert isinstance(model.decoder, LinearDecoder)
+    assert sum(p.numel() for p in model.decoder.parameters()) == 96 * (2 * 8 * 8 * 3) + 2 * 8 * 8 * 3
+    x = torch.rand(2, 4, 3, 32, 32)
+    with torch.no_grad():
+        by_hand = unpatchify(model.decoder.head(model.encoder(normalize_input(x))), 4, 32, 32, 8, 2, 3)
+        assert torch.allclose(model.predict(x), by_hand)
+    out = model({"frames": x, "target": torch.rand(2, 4, 3, 32, 32), "index": torch.arange(2), "step": 0})
+    out["loss"].backward()
+    assert model.decoder.head.weight.grad.abs().sum() > 0 and model.encoder.blocks[0].attn.qkv.weight.grad is not None
+
+
+def test_linear_decoder_needs_a_target_token_for_every_input_token():
+    from raystream.config import ConfigError, compose
+
+    with pytest.raises(ValueError, match=r"`stream.target_frames` = `stream.frames_per_clip`, got 2 and 4"):
+        build_scenario(tiny_cfg("future_prediction", decoder="linear"), stream_cfg(target_frames=2))
+    with pytest.raises(ConfigError, match=r"`stream.target_frames` = `stream.frames_per_clip`, got 2 and 4"):
+        compose(["scenario=future_prediction", "scenario.decoder=linear", "stream.target_frames=2"])
+    with pytest.raises(ConfigError, match=r"`scenario.decoder` = 'linear' with `scenario.name` = 'videomae'"):
+        compose(["scenario=videomae", "scenario.decoder=linear"])
+    with pytest.raises(ValueError, match=r"`scenario.decoder` = 'linear' with `scenario.name` = 'videomae'"):
+        build_scenario(tiny_cfg("videomae", decoder="linear"), stream_cfg())

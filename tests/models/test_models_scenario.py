@@ -81,6 +81,9 @@ def test_unknown_scenario_is_a_clear_error():
 
 @pytest.mark.parametrize("override, key", [
     ("scenario.decoder_depth=0", "scenario.decoder_depth"),
+    ("scenario.decoder=mlp", "scenario.decoder"),
+    ("eval.linear_lr=0", "eval.linear_lr"),
+    ("eval.attentive_iterations=0", "eval.attentive_iterations"),
     ("scenario.backbone.tubelet_size=0", "scenario.backbone.tubelet_size"),
     ("scenario.backbone.embed_dim=0", "scenario.backbone.embed_dim"),
     ("eval.metrics=[knn,svm]", "eval.metrics"),

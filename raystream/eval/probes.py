@@ -43,7 +43,8 @@ def _subset(x: torch.Tensor, y: torch.Tensor, limit: int, seed: int):
     return x[idx], y[idx]
 
 
-def probe_metrics(encode: Encode, probe: Any, eval_cfg: EvalConfig, device: Optional[torch.device] = None) -> Dict[str, float]:
+def probe_metrics(encode: Encode, probe: Any, eval_cfg: EvalConfig,
+                  device: Optional[torch.device] = None) -> Dict[str, float]:
     """The probe metrics in `eval_cfg.metrics` on `probe` (data.ProbeSet: train_x, train_y, test_x, test_y,
     num_classes), at most `eval_cfg.max_probe_samples` clips of each split (a seeded subset)."""
     metrics = [str(m) for m in eval_cfg.metrics]

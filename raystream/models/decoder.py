@@ -1,9 +1,9 @@
 """The decoders of VideoMAE and future prediction (`scenario.decoder`).
 
-`transformer` (PixelDecoder), the light MAE-style decoder: it projects the encoder's tokens to its own width, adds fixed sinusoidal positions, appends one learned mask token
-per position to predict (with that position's sinusoid), runs a few transformer blocks, and maps each queried
-token to the pixels of its tubelet patch. VideoMAE queries the masked tokens of the clip; future prediction queries
-every token of the frames that follow.
+`transformer` (PixelDecoder), the light MAE-style decoder: it projects the encoder's tokens to its own width, adds
+fixed sinusoidal positions, appends one learned mask token per position to predict (with that position's
+sinusoid), runs a few transformer blocks, and maps each queried token to the pixels of its tubelet patch. VideoMAE
+queries the masked tokens of the clip; future prediction queries every token of the frames that follow.
 
 `linear` (LinearDecoder, future prediction only, the paper's Table 7): encoder token i, read from the input clip, is
 mapped by one linear layer to the pixels of target token i, the tubelet at the same place in the target frames.

@@ -41,8 +41,8 @@ def test_video_preset_swaps_image_patch_embedding_for_tubelets():
     assert count(vit) == video_params("base") == 86_236_416 and s.embed_dim == 768
 
 
-@pytest.mark.parametrize("scenario, frames, preset, decoder", [("videomae_paper", 16, "base", "PixelDecoder"),
-                                                               ("future_prediction_paper", 4, "large", "LinearDecoder")])
+@pytest.mark.parametrize("scenario, frames, preset, decoder", [
+    ("videomae_paper", 16, "base", "PixelDecoder"), ("future_prediction_paper", 4, "large", "LinearDecoder")])
 def test_paper_scale_scenarios_construct_from_config(scenario, frames, preset, decoder):
     cfg = compose([f"scenario={scenario}"])
     with torch.device("meta"):

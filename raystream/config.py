@@ -109,17 +109,8 @@ _REQUIRED = re.compile(r"^\$\{required:(.*)\}$", re.S)
 
 def required_keys(cfg: DictConfig) -> Dict[str, str]:
     """`{dotted key: what is expected}` of the values still `${required:...}`."""
-    out: Dict[str, str] = {}
-
-    def walk(node: Any, prefix: str) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(v, f"{prefix}.{k}" if prefix else str(k))
-        elif isinstance(node, str) and _REQUIRED.match(node):
-            out[prefix] = _REQUIRED.match(node).group(1).strip()
-
-    walk(OmegaConf.to_container(cfg, resolve=False), "")
-    return out
+    found = {key: _REQUIRED.match(value) for key, value in flatten(cfg, resolve=False).items() if isinstance(value, str)}
+    return {key: match.group(1).strip() for key, match in found.items() if match}
 
 
 def check(cfg: DictConfig) -> None:
@@ -158,8 +149,8 @@ def check(cfg: DictConfig) -> None:
                 "sampled per tracked object")
 
 
-def flatten(cfg: DictConfig) -> Dict[str, Any]:
-    """The composed config as flat `a.b.c -> value` pairs (MLflow params)."""
+def flatten(cfg: DictConfig, resolve: bool = True) -> Dict[str, Any]:
+    """The composed config as flat `a.b.c -> value` pairs (MLflow params); `resolve=False` keeps interpolations."""
     out: Dict[str, Any] = {}
 
     def walk(node: Any, prefix: str) -> None:
@@ -169,5 +160,5 @@ def flatten(cfg: DictConfig) -> Dict[str, Any]:
         else:
             out[prefix] = node
 
-    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    walk(OmegaConf.to_container(cfg, resolve=resolve), "")
     return out

@@ -134,7 +134,8 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     `step`, `steps_done`, `start_step` (step the last attempt started at: > 0 after a restart or resume),
     `mlflow_run_id`, `run_name`, `run_dir`, `checkpoint_path`.
     Raises ConfigError / DataError before any worker starts; Ray's TrainingFailedError when the workers fail more
-    than `trainer.max_failures` times.
+    than `trainer.max_failures` times; DivergedError at the first non-finite loss or gradient (no retry);
+    `Interrupted` on Ctrl-C.
     """
     import ray
     from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig

@@ -70,7 +70,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "train":
         from raystream.train.run import main as train_main
 
-        return train_main(cfg)
+        return train_main(cfg, overrides=args.overrides)
     if args.command == "sweep":
         from raystream.tune.sweep import main as sweep_main
 

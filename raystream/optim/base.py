@@ -9,7 +9,7 @@ the saved tensor at full precision.
 Diagnostics (`diagnostics=True`) are computed inside `step()` from the projection's own dot products plus two
 gradient norms, and kept as tensors until `diagnostics()` reads them; with `diagnostics=False` nothing extra runs.
 `grad_cos_prev` needs the previous raw gradient, so diagnostics keep one more buffer per parameter (outside the
-state_dict).
+state_dict; `diagnostics_state_dict()` / `load_diagnostics_state_dict()` carry it across a checkpoint).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import warnings
 from itertools import chain
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 from torch import Tensor
@@ -166,6 +166,19 @@ class OrthogonalMixin:
         for group in self.param_groups:
             for p in group["params"]:
                 self.state.get(p, {}).pop(EMA_KEY, None)
+
+    def diagnostics_state_dict(self) -> Dict[str, Any]:
+        """The previous raw gradients `grad_cos_prev` compares with, by parameter index as in `state_dict()`."""
+        from raystream.optim.diagnostics import prev_grads_state
+
+        return prev_grads_state(list(chain.from_iterable(g["params"] for g in self.param_groups)), self._prev_grads)
+
+    def load_diagnostics_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restore them (after `load_state_dict`, which clears them), so the first step after a restore has a
+        `grad_cos_prev`."""
+        from raystream.optim.diagnostics import load_prev_grads
+
+        load_prev_grads(list(chain.from_iterable(g["params"] for g in self.param_groups)), self._prev_grads, state)
 
     def _restore_ema_precision(self, state_dict: dict) -> None:
         """Re-load each saved EMA at `ema_dtype(p)` after torch's load_state_dict cast it to the parameter dtype."""

@@ -5,12 +5,25 @@ which do not compute it themselves. The orthogonal optimizers report it through 
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Sequence
 
 import torch
 from torch import Tensor
 
 from raystream.optim.reductions import cosine, dot, sq_norm, total
+
+
+def prev_grads_state(params: Sequence[Tensor], prev: Dict[Tensor, Tensor]) -> Dict[str, Any]:
+    """`{'prev_grads': {index: tensor}}`: the previous raw gradient of `params[index]` (those that have one)."""
+    return {"prev_grads": {i: prev[p] for i, p in enumerate(params) if p in prev}}
+
+
+def load_prev_grads(params: Sequence[Tensor], prev: Dict[Tensor, Tensor], state: Dict[str, Any]) -> None:
+    """Refill `prev` from `prev_grads_state(...)` of the same parameters (after a restore from a checkpoint)."""
+    prev.clear()
+    for i, q in state.get("prev_grads", {}).items():
+        p = params[int(i)]
+        prev[p] = q.to(device=p.device, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32)
 
 
 class GradCosineTracker:
@@ -48,3 +61,10 @@ class GradCosineTracker:
 
     def reset(self) -> None:
         self._prev.clear()
+
+    def diagnostics_state_dict(self) -> Dict[str, Any]:
+        """The previous gradient, to save beside the optimizer so `update()` after a restore is defined."""
+        return prev_grads_state(self.params, self._prev)
+
+    def load_diagnostics_state_dict(self, state: Dict[str, Any]) -> None:
+        load_prev_grads(self.params, self._prev, state)

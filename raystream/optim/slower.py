@@ -9,7 +9,7 @@ a Python number once per step (one device sync). Extra state over AdamW: one buf
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch.optim import Optimizer
@@ -76,6 +76,13 @@ class SlowerAdamW(Optimizer):
         if not self._diagnostics_enabled:
             raise RuntimeError("SlowerAdamW was built with diagnostics=False; pass diagnostics=True")
         return {k: self._diag.get(k, math.nan) for k in DIAGNOSTIC_KEYS}
+
+    def diagnostics_state_dict(self) -> Dict[str, Any]:
+        """Nothing beyond `state_dict()`, which holds the previous gradient (`prev_grad`)."""
+        return {}
+
+    def load_diagnostics_state_dict(self, state: Dict[str, Any]) -> None:
+        """Nothing to do: `load_state_dict` restored the previous gradient."""
 
     def reset_orthogonal_state(self) -> None:
         """Forget the previous gradient: the next step runs at lambda = 1."""

@@ -8,7 +8,8 @@ Per-step metrics (MLflow `step` = the global batch index t, 0-based, whatever th
 Evaluation metrics (step = the last step trained before the evaluation):
     eval/<m> from scenario.evaluate (eval/knn_top1, eval/linear_top1, eval/psnr_out_of_stream, ...),
     eval/<m>_in_stream (in_stream/<m> averaged over every step of the run), eval/loss_in_stream (same for loss).
-Tags: raystream.run_name, raystream.run_dir (the Ray Train run directory: checkpoints), raystream.status.
+Tags: raystream.run_name, raystream.run_dir (the Ray Train run directory: checkpoints), raystream.status,
+    raystream.error (why a run failed), raystream.warning.
 Artifacts: config.yaml (resolved config), plots/grad_cosine.png, plots/grad_cosine_hist.png, checkpoint/model.pt,
     checkpoint/meta.json.
 """
@@ -31,6 +32,8 @@ EVAL_PREFIX = "eval/"
 TAG_RUN_NAME = "raystream.run_name"
 TAG_RUN_DIR = "raystream.run_dir"
 TAG_STATUS = "raystream.status"
+TAG_ERROR = "raystream.error"  # why a run failed (e.g. "loss is nan at step 17: the run diverged ...")
+TAG_WARNING = "raystream.warning"  # e.g. a resume whose earlier steps are in an MLflow run that is gone
 PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's own tag: the run is shown nested under this one
 
 ARTIFACT_CONFIG = "config.yaml"

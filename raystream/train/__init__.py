@@ -3,10 +3,13 @@
     raystream.train.run.main(cfg) -> int        # `raystream train <overrides>`
     raystream.train.run.fit(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow_tags=None)
         -> dict of final metrics ('loss', 'eval/*', 'steps_done', 'start_step', 'mlflow_run_id', 'run_name',
-           'run_dir', 'checkpoint_path')
+           'run_dir', 'checkpoint_path'); raises DivergedError (raystream/train/divergence.py) at the first
+           non-finite loss or gradient, `run.Interrupted` (a KeyboardInterrupt) on Ctrl-C
 
 Where things live: `run.py` (driver: pre-flight, MLflow run, TorchTrainer, artifacts), `loop.py` (the per-worker
-loop), `checkpoint.py` (what a checkpoint holds), `schedule.py` (warm-up + cosine lr), `preflight.py` (checks
-before any worker starts), `progress.py` (the console line), `faults.py` (fault-injection hooks for tests).
+loop: setup, restore, step, reporting), `checkpoint.py` (what a checkpoint holds; the newest complete one on
+storage), `schedule.py` (lr and weight decay as functions of the step), `divergence.py` (`DivergedError`),
+`preflight.py` (checks before any worker starts), `progress.py` (the console line), `faults.py` (fault-injection
+hooks for tests).
 Importing this package starts nothing; Ray, torch and MLflow are imported by the modules that use them.
 """

@@ -1,11 +1,18 @@
 """What a training checkpoint holds, and writing / reading it (one directory, written by rank 0).
 
     model.pt          the scenario model's state dict (no DDP prefix): what `scenario.backbone.init=<dir>` reads
-    train_state.pt    optimizer (the orthogonal EMA included), lr scheduler, gradient-cosine tracker, RNG states,
-                      running sums of the in-stream metrics, evaluation results so far
-    meta.json         next_step, total_steps, the stream's state_dict, the MLflow run id, world size, finished
+    train_state.pt    optimizer (the orthogonal EMA included), the previous raw gradient `grad_cos_prev` needs
+                      (`diagnostics`), RNG states, running sums of the in-stream metrics, evaluation results so far
+    meta.json         next_step, total_steps, the stream's state_dict, the MLflow run id, world size, finished, and
+                      the byte size of the two other files (written last: a checkpoint is complete when they match)
 
 Everything is tensors and plain containers, so it loads with `torch.load(weights_only=True)`.
+
+Which checkpoint a re-run resumes from is read from the storage itself (`latest`): Ray Train's own record of the
+latest checkpoint lags behind what the workers have written (the controller takes one report per poll), so after
+Ctrl-C or `kill` it can name a checkpoint two or more behind the newest complete one. `prune` removes the
+checkpoint directories Ray Train no longer keeps (those it never registered included), so `trainer.keep_checkpoints`
+holds after a resume too.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Collection, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -21,11 +28,12 @@ import torch
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
+PREFIX = "checkpoint_"
 
 
 def dir_name(next_step: int) -> str:
     """`checkpoint_00000120`: zero-padded so the latest sorts last."""
-    return f"checkpoint_{next_step:08d}"
+    return f"{PREFIX}{next_step:08d}"
 
 
 def rng_state() -> Dict[str, Any]:
@@ -56,7 +64,8 @@ def save(directory: Path, *, model_state: Dict[str, torch.Tensor], train_state: 
     directory.mkdir(parents=True, exist_ok=True)
     torch.save(model_state, directory / MODEL_FILE)
     torch.save({**train_state, "rng": rng_state()}, directory / STATE_FILE)
-    (directory / META_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True))
+    sizes = {name: (directory / name).stat().st_size for name in (MODEL_FILE, STATE_FILE)}
+    (directory / META_FILE).write_text(json.dumps({**meta, "file_sizes": sizes}, indent=1, sort_keys=True))
     return directory
 
 
@@ -71,3 +80,52 @@ def load(directory: Path, map_location: Optional[torch.device] = None
     train_state = torch.load(directory / STATE_FILE, map_location=map_location or "cpu", weights_only=True)
     meta = json.loads((directory / META_FILE).read_text())
     return model_state, train_state, meta
+
+
+def _complete_meta(fs, path: str) -> Optional[Dict[str, Any]]:
+    """meta.json of checkpoint directory `path` on pyarrow filesystem `fs` when every file is there in full."""
+    import pyarrow.fs as pafs
+
+    try:
+        with fs.open_input_stream(f"{path}/{META_FILE}") as f:
+            meta = json.loads(f.read().decode())
+    except (OSError, ValueError):  # missing, or cut short by a kill during the upload
+        return None
+    sizes = meta.get("file_sizes") or {MODEL_FILE: None, STATE_FILE: None}
+    for name, size in sizes.items():
+        info = fs.get_file_info(f"{path}/{name}")
+        if info.type != pafs.FileType.File or (size is not None and info.size != size):
+            return None
+    return meta
+
+
+def checkpoint_dirs(fs, run_dir: str) -> Dict[str, int]:
+    """{path: next step} of the `checkpoint_<step>` directories in `run_dir` (none when it does not exist)."""
+    import pyarrow.fs as pafs
+
+    if fs.get_file_info(run_dir).type != pafs.FileType.Directory:
+        return {}
+    out = {}
+    for info in fs.get_file_info(pafs.FileSelector(run_dir)):
+        name = info.base_name
+        if info.type == pafs.FileType.Directory and name.startswith(PREFIX) and name[len(PREFIX):].isdigit():
+            out[info.path] = int(name[len(PREFIX):])
+    return out
+
+
+def latest(fs, run_dir: str) -> Optional[Tuple[str, Dict[str, Any]]]:
+    """(path, meta) of the complete checkpoint with the highest step in `run_dir`, or None."""
+    for path, _ in sorted(checkpoint_dirs(fs, run_dir).items(), key=lambda item: -item[1]):
+        meta = _complete_meta(fs, path)
+        if meta is not None:
+            return path, meta
+    return None
+
+
+def prune(fs, run_dir: str, keep: Collection[str]) -> list:
+    """Delete the checkpoint directories of `run_dir` whose name (`checkpoint_<step>`) is not in `keep`; returns
+    the deleted paths."""
+    gone = [path for path in checkpoint_dirs(fs, run_dir) if path.rstrip("/").rsplit("/", 1)[-1] not in keep]
+    for path in gone:
+        fs.delete_dir(path)
+    return gone

@@ -26,7 +26,9 @@ class TrainerConfig:
     max_failures: int = 2  # FailureConfig(max_failures); -1 = retry forever
     storage_path: Optional[str] = None  # local dir or s3:// / gs://; None = ./raystream_results
     run_name: Optional[str] = None  # same name (and storage_path) again = resume from its last checkpoint
-    bf16: bool = True  # bf16 autocast, on GPU only
+    # bf16 autocast of the forward pass: null = on GPU only (the default: on most CPUs bf16 is slower than fp32),
+    # true = on any device (CPU too), false = never. The optimizer's state stays fp32 either way.
+    bf16: Optional[bool] = None
     find_unused_parameters: bool = False  # DDP flag, for scenarios whose forward skips some parameters
     log_checkpoint_artifact: bool = True  # log the final model.pt to MLflow
     ray_log_level: str = "WARNING"  # Ray Train's own log level (INFO shows every report and checkpoint)

@@ -1,19 +1,23 @@
-"""The per-worker training loop that Ray Train runs on every worker (`train_loop_per_worker`).
+"""The per-worker training loop that Ray Train runs on every worker (`train_loop_per_worker`), in three pieces:
 
-Each worker builds the scenario, its shard of the clip stream (`build_stream(..., rank, world_size)`: batch size
-`stream.batch_size // world_size`), the optimizer over the model's two param groups (decayed, and biases / norms /
-ViT tokens without weight decay: `raystream.optim.param_groups`), the warm-up + cosine lr schedule and the optional
-weight-decay schedule, then for every global step t:
+    setup    (`Worker.build`)  the typed config, the scenario, this worker's shard of the clip stream
+             (`build_stream(..., rank, world_size)`: batch size `stream.batch_size // world_size`), the model under
+             DDP, the optimizer over the model's two param groups (`raystream.optim.param_groups`), the schedules;
+    restore  (`restore`)       the newest checkpoint (Ray Train's, or the newer complete one the driver found on
+             storage): model, optimizer, the previous gradient of `grad_cos_prev`, RNG, stream position, sums;
+    step     (`train_step`)    for every global step t:
 
-    forward (bf16 autocast on GPU) -> backward (DDP all-reduces: every worker holds the global mean gradient)
-    -> optional clipping -> weight decay of step t (when scheduled) -> optimizer step (the orthogonal projection
-    acts on the all-reduced gradient) -> scheduler step -> scenario.after_step(t)
+        schedules of step t (lr, weight decay) -> forward (bf16 autocast when `trainer.bf16` asks for it)
+        -> backward (DDP all-reduces: every worker holds the global mean gradient) -> gradient norm (clipped when
+        `optimizer.grad_clip` > 0) -> loss and norm read back in ONE host transfer and checked finite
+        -> optimizer step (the orthogonal projection acts on the all-reduced gradient) -> scenario.after_step(t)
 
-Loss and in-stream metrics are averaged over the workers; rank 0 alone logs to MLflow (each step once, see
-raystream/tracking/logger.py), prints the progress line, evaluates, and writes checkpoints. Every
-`trainer.checkpoint_every` steps (and after the last) all workers call `ray.train.report` with rank 0's
-checkpoint; after a failure Ray Train restarts the workers, `ray.train.get_checkpoint()` returns the latest one and
-the stream resumes at the exact next global batch.
+    and reporting (`Records` on rank 0: MLflow, progress line, evaluations; `report` on every rank: Ray Train
+    reports, every `trainer.checkpoint_every` steps and after the last with rank 0's checkpoint).
+
+Loss and in-stream metrics are averaged over the workers. A non-finite loss or gradient norm ends the run at that
+step (raystream/train/divergence.py): the workers return instead of raising, so Ray Train spends no retry on it.
+After a machine fault Ray Train restarts the workers and the stream resumes at the exact next global batch.
 """
 
 from __future__ import annotations
@@ -23,18 +27,19 @@ import logging
 import random
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from raystream.tracking import names
-from raystream.train import checkpoint, faults
+from raystream.train import checkpoint, divergence, faults
 from raystream.train.progress import Progress
-from raystream.train.schedule import build_scheduler, build_weight_decay_schedule, set_weight_decay
+from raystream.train.schedule import Schedules
 
 
 def seed_everything(seed: int) -> None:
@@ -43,22 +48,195 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def global_mean(values: List[torch.Tensor], world_size: int, device: torch.device) -> List[float]:
-    """The mean over workers of each scalar (one all-reduce for all of them)."""
-    vec = torch.stack([v.detach().float().reshape(()) for v in values]).to(device=device, dtype=torch.float64)
+def typed_config(plain: Dict[str, Any]) -> DictConfig:
+    """The run config the driver sent as a plain dict, re-typed with the schema it was composed on (`RunConfig`)."""
+    from raystream.config import RunConfig
+
+    return OmegaConf.merge(OmegaConf.structured(RunConfig), plain)
+
+
+def host_values(means: List[torch.Tensor], local: List[torch.Tensor], world_size: int,
+                device: torch.device) -> Tuple[List[float], List[float]]:
+    """(the mean over workers of each of `means`, each of `local` as it is) as floats, read back in one transfer."""
+    vec = torch.stack([v.detach().float().reshape(()) for v in means]).to(device=device, dtype=torch.float64)
     if world_size > 1 and dist.is_available() and dist.is_initialized():
         dist.all_reduce(vec, op=dist.ReduceOp.SUM)
         vec /= world_size
-    return vec.cpu().tolist()
+    if local:
+        vec = torch.cat([vec, torch.stack([v.detach().reshape(()) for v in local]).to(vec)])
+    values = vec.cpu().tolist()
+    return values[:len(means)], values[len(means):]
 
 
-def _make_optimizer(params, optimizer_cfg):
-    """The optimizer with its own diagnostics when it has them; else (plain torch) None: use GradCosineTracker."""
-    from raystream.optim import build_optimizer
+def autocast_for(trainer_cfg, device: torch.device) -> Callable[[], ContextManager]:
+    """bf16 autocast on `device` when `trainer.bf16` is true, or null (auto) and the device is a GPU; else none.
+    (On most CPUs bf16 autocast is slower than fp32, hence off there unless asked for.)"""
+    wanted = trainer_cfg.bf16 if trainer_cfg.bf16 is not None else device.type == "cuda"
+    if not wanted:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
-    name = str(optimizer_cfg.name)
-    has_diagnostics = name.startswith("orthogonal") or name.startswith("slower")
-    return build_optimizer(params, optimizer_cfg, diagnostics=has_diagnostics), has_diagnostics
+
+def _quiet_ray_train(level: str) -> None:
+    """Apply `trainer.ray_log_level` to Ray Train's worker-side loggers (one INFO line per report otherwise).
+    Some of them are named by file path (`logging.getLogger(__file__)`), outside the `ray.train` hierarchy."""
+    for name in ["ray.train", *list(logging.root.manager.loggerDict)]:
+        if name == "ray.train" or name.startswith("ray.train.") or "/ray/train/" in name.replace("\\", "/"):
+            logging.getLogger(name).setLevel(level)
+
+
+@dataclass
+class Worker:
+    """What one worker trains with; built once per (re)start by `Worker.build`."""
+
+    cfg: DictConfig
+    run: Dict[str, Any]  # from the driver: run_name, total_steps, tracking_uri, mlflow_run_id, resume_from, hooks
+    rank: int
+    world: int
+    device: torch.device
+    scenario: Any
+    stream: Any
+    model: torch.nn.Module  # as Ray Train prepared it (DDP when world > 1)
+    net: torch.nn.Module  # the model itself (what is checkpointed and evaluated)
+    params: List[torch.Tensor]
+    optimizer: torch.optim.Optimizer
+    schedules: Schedules
+    cosines: Any  # what gives grad_cos_prev: the optimizer (its diagnostics), a GradCosineTracker, or None
+    autocast: Callable[[], ContextManager]
+
+    @property
+    def total(self) -> int:
+        return int(self.run["total_steps"])
+
+    @property
+    def has_diagnostics(self) -> bool:
+        return self.cosines is self.optimizer
+
+    @classmethod
+    def build(cls, config: Dict[str, Any]) -> "Worker":
+        import ray.train
+        import ray.train.torch
+
+        from raystream.data import build_stream
+        from raystream.models import build_scenario
+        from raystream.models.scenario import unwrap
+        from raystream.optim import GradCosineTracker, build_optimizer, param_groups
+
+        cfg, run = typed_config(config["cfg"]), config["run"]
+        tcfg = cfg.trainer
+        _quiet_ray_train(tcfg.ray_log_level)
+        ctx = ray.train.get_context()
+        rank, world = ctx.get_world_rank(), ctx.get_world_size()
+        device = ray.train.torch.get_device()
+        torch.set_num_threads(max(1, int(tcfg.cpus_per_worker)))
+        seed_everything(tcfg.seed)
+        total = int(run["total_steps"])
+
+        scenario = build_scenario(cfg.scenario, cfg.stream, seed=tcfg.seed)
+        scenario.set_total_steps(total)  # schedules inside the scenario (DoRA's teacher momentum)
+        stream = build_stream(cfg.data, cfg.stream, rank=rank, world_size=world)
+        model = ray.train.torch.prepare_model(
+            scenario.model, parallel_strategy_kwargs={"find_unused_parameters": tcfg.find_unused_parameters})
+        net = unwrap(model)
+        groups = param_groups(net, cfg.optimizer)
+        params = [p for group in groups for p in group["params"]]
+        optimizer = build_optimizer(groups, cfg.optimizer, diagnostics=True)
+        # Optimizers with their own diagnostics (the orthogonal and slower ones) compute grad_cos_prev inside their
+        # step, on every rank; for plain torch ones rank 0 tracks it.
+        cosines = optimizer if hasattr(optimizer, "diagnostics") else (
+            GradCosineTracker(params) if rank == 0 else None)
+        return cls(cfg=cfg, run=run, rank=rank, world=world, device=device, scenario=scenario, stream=stream,
+                   model=model, net=net, params=params, optimizer=optimizer,
+                   schedules=Schedules(cfg.optimizer, total), cosines=cosines,
+                   autocast=autocast_for(tcfg, device))
+
+
+@dataclass
+class LoopState:
+    """What the loop carries from step to step; everything but the report window is in the checkpoint."""
+
+    start: int = 0  # the step this attempt started at
+    next_step: int = 0
+    sums: Dict[str, float] = field(default_factory=dict)  # in-stream metrics (and loss) summed over the steps
+    count: int = 0
+    last_eval: Dict[str, float] = field(default_factory=dict)
+    final: Dict[str, Any] = field(default_factory=dict)
+    window_loss: float = 0.0  # loss summed since the last Ray Train report
+    window_n: int = 0
+
+    def add(self, scalars: Dict[str, float]) -> None:
+        for key, value in scalars.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value
+        self.count += 1
+        self.window_loss += scalars[names.LOSS]
+        self.window_n += 1
+
+    def averages(self) -> Dict[str, float]:
+        return {names.in_stream_average_name(k): v / self.count for k, v in self.sums.items()} if self.count else {}
+
+    def take_window_loss(self) -> float:
+        mean = self.window_loss / max(self.window_n, 1)
+        self.window_loss, self.window_n = 0.0, 0
+        return mean
+
+
+def _checkpoint_to_restore(run: Dict[str, Any]):
+    """The newer of Ray Train's latest registered checkpoint and the driver's `resume_from` (the newest complete
+    one on storage, which Ray's record can lag behind), or None."""
+    import ray.train
+
+    found = [c for c in (ray.train.get_checkpoint(), run.get("resume_from")) if c is not None]
+    return max(found, key=lambda c: int(Path(c.path).name.removeprefix(checkpoint.PREFIX))) if found else None
+
+
+def restore(w: Worker) -> LoopState:
+    """Load the checkpoint to resume from into `w` (model, optimizer, grad_cos_prev's previous gradient, RNG,
+    stream position); the loop state it held. A fresh `LoopState` when there is none."""
+    ckpt = _checkpoint_to_restore(w.run)
+    if ckpt is None:
+        return LoopState()
+    with ckpt.as_directory() as d:
+        model_state, train_state, meta = checkpoint.load(Path(d))
+    w.net.load_state_dict(model_state)
+    w.optimizer.load_state_dict(train_state["optimizer"])
+    if w.cosines is not None and "diagnostics" in train_state:
+        w.cosines.load_diagnostics_state_dict(train_state["diagnostics"])
+    checkpoint.set_rng_state(train_state["rng"])
+    start = int(meta["next_step"])
+    w.stream.load_state_dict(meta["stream"])
+    return LoopState(start=start, next_step=start, sums=dict(train_state.get("sums", {})),
+                     count=int(train_state.get("count", 0)), last_eval=dict(train_state.get("eval", {})),
+                     final=dict(train_state.get("final") or {}))
+
+
+def train_step(w: Worker, batch, t: int) -> Tuple[Dict[str, float], Dict[str, float]]:
+    """Train global step t on this worker's shard `batch`. Returns (loss and in-stream metrics averaged over the
+    workers, the step's other metrics: lr, wd, grad_norm, grad_cos_*). Raises DivergedError, on every worker
+    alike, when the loss or the gradient norm is not finite (before the optimizer step)."""
+    from torch.nn.utils import clip_grad_norm_, get_total_norm
+
+    faults.before_step(w.run.get("hooks", {}), t, w.rank)
+    step_metrics = w.schedules.apply(w.optimizer, t)
+    with w.autocast():
+        out = w.model(batch.model_inputs(w.device))
+    loss = out["loss"]
+    w.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    clip = w.cfg.optimizer.grad_clip
+    grad_norm = (clip_grad_norm_(w.params, clip) if clip > 0
+                 else get_total_norm([p.grad for p in w.params if p.grad is not None]))
+    in_keys = sorted(k for k in out if k.startswith(names.IN_STREAM_PREFIX))
+    means, (norm,) = host_values([loss] + [out[k] for k in in_keys], [grad_norm], w.world, w.device)
+    scalars = dict(zip([names.LOSS] + in_keys, means))
+    divergence.check_finite(t, {"loss": scalars[names.LOSS], "gradient norm": norm})
+    step_metrics[names.GRAD_NORM] = norm
+    if w.cosines is not None and not w.has_diagnostics:
+        step_metrics[names.GRAD_COS_PREV] = w.cosines.update()
+    w.optimizer.step()
+    if w.has_diagnostics and w.rank == 0:
+        step_metrics.update(w.optimizer.diagnostics())
+    w.scenario.after_step(t)
+    return scalars, step_metrics
 
 
 class Evaluator:
@@ -72,13 +250,13 @@ class Evaluator:
     def __call__(self, model) -> Dict[str, float]:
         from raystream.data import build_heldout_stream, load_probe_set
 
-        needs = set(getattr(self.scenario, "needs", ()))
+        needs = set(self.scenario.needs)
         probe = heldout = None
         if "probe" in needs and list(self.cfg.eval.metrics):
             if self._probe is None:
                 self._probe = load_probe_set(self.cfg.data, self.cfg.stream, self.cfg.eval)
             probe = self._probe
-        if "heldout" in needs and int(getattr(self.cfg.eval, "heldout_batches", 1)) > 0:
+        if "heldout" in needs and self.cfg.eval.heldout_batches > 0:
             if self._heldout is None:
                 self._heldout = build_heldout_stream(self.cfg.data, self.cfg.stream)
             heldout = self._heldout.batches(0)
@@ -100,200 +278,143 @@ class Evaluator:
             self._heldout.close()
 
 
-def _quiet_ray_train(level: str) -> None:
-    """Apply `trainer.ray_log_level` to Ray Train's worker-side loggers (one INFO line per report otherwise).
-    Some of them are named by file path (`logging.getLogger(__file__)`), outside the `ray.train` hierarchy."""
-    for name in ["ray.train", *list(logging.root.manager.loggerDict)]:
-        if name == "ray.train" or name.startswith("ray.train.") or "/ray/train/" in name.replace("\\", "/"):
-            logging.getLogger(name).setLevel(level)
+class Records:
+    """Rank 0's outputs: every step's metrics to MLflow (`StepLogger`, each step once), the progress line, and the
+    evaluations. On other ranks it is inert."""
+
+    def __init__(self, w: Worker, start: int):
+        from raystream.tracking import StepLogger
+
+        self.w = w
+        self.active = w.rank == 0
+        batch_size = w.cfg.stream.batch_size
+        self.logger = StepLogger(w.run["tracking_uri"], w.run["mlflow_run_id"]) if self.active else None
+        self.progress = Progress(w.run["run_name"], w.total, batch_size, w.cfg.trainer.log_every) \
+            if self.active else None
+        self.evaluator = Evaluator(w.cfg, w.scenario) if self.active else None
+        self._t_prev = time.perf_counter()
+        if self.active:
+            where = f"resuming at step {start}" if start > 0 else "starting"
+            self.progress.say(f"{where}: {w.total} steps of {batch_size} clips over {w.world} worker(s) on "
+                              f"{w.device.type}")
+
+    def step(self, t: int, metrics: Dict[str, float]) -> None:
+        now = time.perf_counter()
+        if self.active:
+            metrics = {**metrics, names.CLIPS_PER_S: self.w.cfg.stream.batch_size / (now - self._t_prev)}
+            self.logger.log(metrics, t)
+            self.progress.update(t, metrics)
+            if (t + 1) % self.w.cfg.trainer.log_every == 0:
+                self.logger.flush()
+        self._t_prev = now
+
+    def evaluate(self, t: int, state: LoopState) -> None:
+        """Evaluate after step t when `eval.every` or the end asks for it (rank 0; the others keep theirs)."""
+        every, done = self.w.cfg.eval.every, t + 1
+        if self.active and (done >= self.w.total or (every > 0 and done % every == 0)):
+            state.last_eval = self.evaluator(self.w.net)
+            self.logger.log(state.last_eval, t)
+            self._t_prev = time.perf_counter()
+
+    def log(self, metrics: Dict[str, float], t: int) -> None:
+        if self.active:
+            self.logger.log(metrics, t)
+
+    def flush(self) -> None:
+        if self.active:
+            self.logger.flush()
+
+    def close(self) -> None:
+        if self.active:
+            self.logger.flush()
+            self.evaluator.close()
+
+
+def report(w: Worker, state: LoopState, records: Records, t: int, lr: float) -> None:
+    """After step t: on every worker, `ray.train.report` every `trainer.report_every` steps; with rank 0's
+    checkpoint every `trainer.checkpoint_every` steps and after the last (then `state.final` is set)."""
+    import ray.train
+
+    done = t + 1
+    tcfg = w.cfg.trainer
+    is_last = done >= w.total
+    if not (is_last or done % tcfg.checkpoint_every == 0 or done % tcfg.report_every == 0):
+        return
+    metrics = {"step": t, "steps_done": done, names.LOSS: state.take_window_loss(), names.LR: lr,
+               **state.averages(), **state.last_eval}
+    if is_last:
+        state.final = {**metrics, "start_step": state.start, "mlflow_run_id": w.run["mlflow_run_id"]}
+        records.log(state.averages(), t)
+    if is_last or done % tcfg.checkpoint_every == 0:
+        records.flush()
+        report_with_checkpoint(w, state, state.final or metrics)
+    else:
+        ray.train.report(metrics)
+
+
+def report_with_checkpoint(w: Worker, state: LoopState, metrics: Dict[str, Any]) -> None:
+    """All ranks report `metrics`; rank 0 attaches the checkpoint of the state before step `state.next_step`."""
+    import ray.train
+
+    name = checkpoint.dir_name(state.next_step)
+    if w.rank != 0:
+        ray.train.report(metrics, checkpoint=None, checkpoint_dir_name=name)
+        return
+    stream_state = w.stream.state_dict()
+    if int(stream_state.get("step", state.next_step)) != state.next_step:
+        raise RuntimeError(f"stream state is at step {stream_state.get('step')} but {state.next_step} steps were "
+                           "trained")
+    train_state = {"optimizer": w.optimizer.state_dict(), "sums": dict(state.sums), "count": state.count,
+                   "eval": dict(state.last_eval), "final": dict(state.final),
+                   "diagnostics": w.cosines.diagnostics_state_dict() if w.cosines is not None else {}}
+    meta = {"next_step": state.next_step, "total_steps": w.total, "stream": stream_state, "world_size": w.world,
+            "mlflow_run_id": w.run["mlflow_run_id"], "run_name": w.run["run_name"], "finished": bool(state.final)}
+    with tempfile.TemporaryDirectory(prefix="raystream-ckpt-") as d:
+        checkpoint.save(Path(d), model_state=w.net.state_dict(), train_state=train_state, meta=meta)
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d), checkpoint_dir_name=name)
+
+
+def _finished_already(w: Worker, state: LoopState) -> Dict[str, Any]:
+    """A restore at or past the last step (a finished run, or `trainer.max_steps` lowered): nothing to train. Its
+    checkpoint is reported again, so it is the run's result (and kept) whichever checkpoint Ray had registered."""
+    final = dict(state.final or {"steps_done": state.next_step, **state.last_eval})
+    final.update(start_step=state.start, mlflow_run_id=w.run["mlflow_run_id"])
+    state.final = final
+    report_with_checkpoint(w, state, final)
+    return final
 
 
 def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """Ray Train entry point. `config`: {'cfg': resolved run config (dict), 'run': what the driver decided}.
 
-    'run' holds run_name, total_steps, tracking_uri, mlflow_run_id and the test hooks (raystream/train/faults.py).
-    Returns rank 0's final metrics (Ray's `Result.return_value`).
+    Returns rank 0's final metrics (Ray's `Result.return_value`), or `divergence.as_result(...)` when the run
+    diverged; None on the other ranks.
     """
-    import ray.train
-    import ray.train.torch
-
-    from raystream.data import build_stream
-    from raystream.models import build_scenario
-    from raystream.models.scenario import unwrap
-    from raystream.optim import GradCosineTracker, param_groups
-    from raystream.tracking import StepLogger
-
-    cfg = OmegaConf.create(config["cfg"])
-    run = config["run"]
-    tcfg = cfg.trainer
-    _quiet_ray_train(str(tcfg.ray_log_level))
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    torch.set_num_threads(max(1, int(tcfg.cpus_per_worker)))
-    seed_everything(int(tcfg.seed))
-    total = int(run["total_steps"])
-    hooks = run.get("hooks", {})
-
-    scenario = build_scenario(cfg.scenario, cfg.stream, seed=int(tcfg.seed))
-    if hasattr(scenario, "set_total_steps"):  # schedules inside the scenario (DoRA's teacher momentum)
-        scenario.set_total_steps(total)
-    stream = build_stream(cfg.data, cfg.stream, rank=rank, world_size=world)
-
-    train_state: Dict[str, Any] = {}
-    meta: Dict[str, Any] = {}
-    restored = ray.train.get_checkpoint()
-    if restored is not None:
-        with restored.as_directory() as d:
-            model_state, train_state, meta = checkpoint.load(Path(d))
-        scenario.model.load_state_dict(model_state)
-    model = ray.train.torch.prepare_model(
-        scenario.model, parallel_strategy_kwargs={"find_unused_parameters": bool(tcfg.find_unused_parameters)})
-    net = unwrap(model)
-    groups = param_groups(net, cfg.optimizer)
-    params = [p for group in groups for p in group["params"]]
-    optimizer, has_diagnostics = _make_optimizer(groups, cfg.optimizer)
-    scheduler = build_scheduler(optimizer, cfg.optimizer, total)
-    weight_decay_at = build_weight_decay_schedule(cfg.optimizer, total)  # None: constant weight decay
-    tracker = GradCosineTracker(params) if (rank == 0 and not has_diagnostics) else None
-
-    start = 0
-    sums: Dict[str, float] = {}
-    count = 0
-    last_eval: Dict[str, float] = {}
-    if restored is not None:
-        optimizer.load_state_dict(train_state["optimizer"])
-        scheduler.load_state_dict(train_state["scheduler"])
-        checkpoint.set_rng_state(train_state["rng"])
-        sums, count = dict(train_state.get("sums", {})), int(train_state.get("count", 0))
-        last_eval = dict(train_state.get("eval", {}))
-        start = int(meta["next_step"])
-        stream.load_state_dict(meta["stream"])
-        if start >= total:  # finished already (or trainer.max_steps lowered below the checkpoint): nothing to train
-            final = dict(train_state.get("final") or {"steps_done": start, **last_eval})
-            final.update(start_step=start, mlflow_run_id=run["mlflow_run_id"])
-            ray.train.report(final)
-            stream.close()
-            return final if rank == 0 else None
-
-    logger = StepLogger(run["tracking_uri"], run["mlflow_run_id"]) if rank == 0 else None
-    progress = Progress(run["run_name"], total, int(cfg.stream.batch_size), int(tcfg.log_every)) if rank == 0 else None
-    evaluator = Evaluator(cfg, scenario) if rank == 0 else None
-    if rank == 0:
-        where = f"resuming at step {start}" if restored is not None else "starting"
-        progress.say(f"{where}: {total} steps of {cfg.stream.batch_size} clips over {world} worker(s) on "
-                     f"{device.type}")
-
-    autocast = (torch.autocast(device_type="cuda", dtype=torch.bfloat16)
-                if device.type == "cuda" and bool(tcfg.bf16) else contextlib.nullcontext())
-    clip = float(getattr(cfg.optimizer, "grad_clip", 0.0) or 0.0)
-    window_loss, window_n = 0.0, 0
-    final: Dict[str, Any] = {}
-    t_prev = time.perf_counter()
-
-    def averages() -> Dict[str, float]:
-        return {names.in_stream_average_name(k): v / count for k, v in sums.items()} if count else {}
-
+    w = Worker.build(config)
+    state = restore(w)
+    if state.next_step >= w.total:
+        final = _finished_already(w, state)
+        w.stream.close()
+        return final if w.rank == 0 else None
+    records = Records(w, state.start)
     try:
-        for batch in (iter(stream) if start < total else iter(())):
+        for batch in w.stream:
             t = int(batch.step)
-            if t >= total:
+            if t >= w.total:
                 break
-            faults.before_step(hooks, t, rank)
-            with autocast:
-                out = model(batch.model_inputs(device))
-            loss = out["loss"]
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            step_metrics: Dict[str, float] = {}
-            if clip > 0:
-                step_metrics[names.GRAD_NORM] = float(torch.nn.utils.clip_grad_norm_(params, clip))
-            elif rank == 0:
-                step_metrics[names.GRAD_NORM] = float(torch.nn.utils.get_total_norm(
-                    [p.grad for p in params if p.grad is not None]))
-            if tracker is not None:
-                step_metrics[names.GRAD_COS_PREV] = tracker.update()
-            lr = float(optimizer.param_groups[0]["lr"])
-            if weight_decay_at is not None:
-                step_metrics[names.WD] = weight_decay_at(t)
-                set_weight_decay(optimizer, step_metrics[names.WD])
-            optimizer.step()
-            if has_diagnostics and rank == 0:
-                step_metrics.update(optimizer.diagnostics())
-            scheduler.step()
-            scenario.after_step(t)
-
-            in_keys = sorted(k for k in out if k.startswith(names.IN_STREAM_PREFIX))
-            values = global_mean([loss] + [out[k] for k in in_keys], world, device)
-            scalars = dict(zip([names.LOSS] + in_keys, values))
-            for key, value in scalars.items():
-                sums[key] = sums.get(key, 0.0) + value
-            count += 1
-            window_loss += scalars[names.LOSS]
-            window_n += 1
-            now = time.perf_counter()
-            done = t + 1
-            is_last = done >= total
-
-            if rank == 0:
-                metrics = {**scalars, names.LR: lr, names.CLIPS_PER_S: int(cfg.stream.batch_size) / (now - t_prev),
-                           **step_metrics}
-                logger.log(metrics, t)
-                progress.update(t, metrics)
-                if done % int(tcfg.log_every) == 0:
-                    logger.flush()
-            t_prev = now
-
-            every = int(cfg.eval.every)
-            if rank == 0 and (is_last or (every > 0 and done % every == 0)):
-                last_eval = evaluator(net)
-                logger.log(last_eval, t)
-                t_prev = time.perf_counter()
-
-            report = {"step": t, "steps_done": done, names.LOSS: window_loss / max(window_n, 1), names.LR: lr,
-                      **averages(), **last_eval}
-            if is_last:
-                final = {**report, "start_step": start, "mlflow_run_id": run["mlflow_run_id"]}
-                if rank == 0:
-                    logger.log(averages(), t)
-                    logger.flush()
-            if done % int(tcfg.checkpoint_every) == 0 or is_last:
-                if rank == 0:
-                    logger.flush()
-                _report_with_checkpoint(
-                    final or report, rank, done, net, optimizer, scheduler, stream, sums, count, last_eval, final,
-                    run, total, world)
-                window_loss, window_n = 0.0, 0
-            elif done % int(tcfg.report_every) == 0:
-                ray.train.report(report)
-                window_loss, window_n = 0.0, 0
-            if is_last:
+            try:
+                scalars, step_metrics = train_step(w, batch, t)
+            except divergence.DivergedError as exc:
+                records.flush()
+                return divergence.as_result(exc) if w.rank == 0 else None
+            state.add(scalars)
+            state.next_step = t + 1
+            records.step(t, {**scalars, **step_metrics})
+            records.evaluate(t, state)
+            report(w, state, records, t, step_metrics[names.LR])
+            if state.next_step >= w.total:
                 break
     finally:
-        if logger is not None:
-            logger.flush()
-        if evaluator is not None:
-            evaluator.close()
-        stream.close()
-    return final if rank == 0 else None
-
-
-def _report_with_checkpoint(metrics, rank, next_step, net, optimizer, scheduler, stream, sums, count, last_eval,
-                            final, run, total, world) -> None:
-    """All ranks report; rank 0 attaches the checkpoint of the state after `next_step` steps."""
-    import ray.train
-
-    if rank != 0:
-        ray.train.report(metrics, checkpoint=None, checkpoint_dir_name=checkpoint.dir_name(next_step))
-        return
-    stream_state = stream.state_dict()
-    if int(stream_state.get("step", next_step)) != next_step:
-        raise RuntimeError(f"stream state is at step {stream_state.get('step')} but {next_step} steps were trained")
-    train_state = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "sums": dict(sums),
-                   "count": count, "eval": dict(last_eval), "final": dict(final)}
-    meta = {"next_step": next_step, "total_steps": total, "stream": stream_state, "world_size": world,
-            "mlflow_run_id": run["mlflow_run_id"], "run_name": run["run_name"], "finished": bool(final)}
-    with tempfile.TemporaryDirectory(prefix="raystream-ckpt-") as d:
-        checkpoint.save(Path(d), model_state=net.state_dict(), train_state=train_state, meta=meta)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d),
-                         checkpoint_dir_name=checkpoint.dir_name(next_step))
+        records.close()
+        w.stream.close()
+    return state.final if w.rank == 0 else None

@@ -4,17 +4,26 @@
  1. checks the config and the videos (`preflight`), starts or joins Ray (`RAY_ADDRESS`, else a local cluster), and
     checks the cluster has the CPUs/GPUs asked for: a bad key fails here, before any worker starts;
  2. creates the MLflow run (nested under `mlflow_parent_run_id` when given) or, when `<storage>/<run name>` already
-    holds one, resumes that MLflow run; logs the flattened config as params;
+    holds one, resumes that MLflow run; logs the flattened config as params. When the run resumes from a checkpoint
+    but its MLflow run is gone (e.g. mlflow.db deleted), it says so on stderr and tags the new MLflow run
+    `raystream.warning`: that run holds only the steps from the checkpoint on;
  3. runs a `TorchTrainer` (Ray Train V2) over `trainer.num_workers` workers with `FailureConfig(max_failures)` and
-    `CheckpointConfig(num_to_keep)`. Same run name + storage path again = Ray Train hands the workers the last
-    checkpoint, so a killed driver re-run with the same `trainer.run_name` resumes instead of starting over;
- 4. logs the artifacts (resolved config, gradient-cosine plots, final model.pt) and closes the MLflow run.
+    `CheckpointConfig(num_to_keep)`. Same run name + storage path again = the workers resume from the newest
+    complete checkpoint on storage (`checkpoint.latest`; Ray Train's own record may lag behind it), so a killed or
+    interrupted driver re-run with the same `trainer.run_name` resumes instead of starting over;
+ 4. logs the artifacts (resolved config, gradient-cosine plots, final model.pt), removes the checkpoints beyond
+    `trainer.keep_checkpoints` (`checkpoint.prune`) and closes the MLflow run.
+
+How a run ends: FINISHED; FAILED with `raystream.error` = the reason (a worker error after `trainer.max_failures`
+retries, or `DivergedError` at the first non-finite loss or gradient, which is never retried); KILLED on Ctrl-C
+(`fit` raises `Interrupted`, and `main` prints the command that resumes the run).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import shlex
 import sys
 import tempfile
 import time
@@ -27,11 +36,17 @@ from raystream.config import ConfigError, check, flatten
 from raystream.tracking import names
 from raystream.tracking.store import client as mlflow_client_for
 from raystream.tracking.store import end_run, retry, start_run, tracking_uri
+from raystream.train import checkpoint as ckpt_files
 from raystream.train import faults
+from raystream.train.divergence import DivergedError, raise_if_diverged
 from raystream.train.preflight import check_resources, total_steps
 
 RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
+
+
+class Interrupted(KeyboardInterrupt):
+    """The user interrupted the run (Ctrl-C: Ray Train aborts its workers); its MLflow run is KILLED."""
 
 
 def default_run_name(cfg) -> str:
@@ -93,8 +108,6 @@ def _log_artifacts(client, run_id: str, cfg, checkpoint, log_model: bool) -> Non
     """config.yaml, the gradient-cosine plots from the run's full history, and the final checkpoint's model."""
     from raystream.tracking.plots import grad_cosine_plots, history
 
-    from raystream.train import checkpoint as ckpt_files
-
     with tempfile.TemporaryDirectory(prefix="raystream-artifacts-") as d:
         tmp = Path(d)
         (tmp / names.ARTIFACT_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -121,10 +134,11 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     `step`, `steps_done`, `start_step` (step the last attempt started at: > 0 after a restart or resume),
     `mlflow_run_id`, `run_name`, `run_dir`, `checkpoint_path`.
     Raises ConfigError / DataError before any worker starts; Ray's TrainingFailedError when the workers fail more
-    than `trainer.max_failures` times.
+    than `trainer.max_failures` times; DivergedError at the first non-finite loss or gradient (no retry);
+    `Interrupted` on Ctrl-C.
     """
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+    from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from raystream.train.loop import train_loop_per_worker
@@ -141,11 +155,14 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     storage = storage_path(cfg)
     fs, run_dir, local_run_dir = _run_dir(storage, name)
     info = _read_run_info(fs, run_dir)
+    resume = ckpt_files.latest(fs, run_dir)  # (path, meta) of the newest complete checkpoint, or None
     uri = tracking_uri(cfg)
     client = mlflow_client_for(uri)
     tags = {**(mlflow_tags or {}), names.TAG_RUN_DIR: run_dir if local_run_dir is None else local_run_dir}
     run_id = start_run(client, experiment=cfg.mlflow.experiment, uri=uri, run_name=name,
                        parent_run_id=mlflow_parent_run_id, tags=tags, resume_run_id=info.get("mlflow_run_id"))
+    if resume is not None and info.get("mlflow_run_id") and run_id != info["mlflow_run_id"]:
+        _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
     _log_params(client, run_id, flatten(cfg))
     _write_run_info(fs, run_dir, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
 
@@ -156,6 +173,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         train_loop_config={
             "cfg": OmegaConf.to_container(cfg, resolve=True),
             "run": {"run_name": name, "total_steps": total, "tracking_uri": uri, "mlflow_run_id": run_id,
+                    "resume_from": Checkpoint(resume[0], filesystem=fs) if resume is not None else None,
                     "hooks": faults.from_env(local_run_dir, name)},
         },
         scaling_config=ScalingConfig(num_workers=int(tcfg.num_workers), use_gpu=bool(tcfg.use_gpu),
@@ -170,14 +188,20 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     )
     try:
         result = trainer.fit()
+        raise_if_diverged(result.return_value)
     except BaseException as exc:
-        try:
-            end_run(client, run_id, status="KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
-        except Exception as mlflow_exc:  # keep the training error, not MLflow's
-            print(f"raystream: could not close MLflow run {run_id}: {mlflow_exc}", file=sys.stderr)
+        # Ray Train's SIGINT handler aborts the controller and exits the driver's wait with SystemExit.
+        interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit))
+        _close_failed(client, run_id, exc, interrupted)
+        if interrupted:
+            raise Interrupted(f"run {name} interrupted") from None
         raise
     retry(lambda: client.set_tag(run_id, names.TAG_STATUS, "finished"), "tag run")
     _log_artifacts(client, run_id, cfg, result.checkpoint, bool(tcfg.log_checkpoint_artifact))
+    kept = {Path(c.path).name for c, _ in result.best_checkpoints or []}
+    if result.checkpoint is not None:
+        kept.add(Path(result.checkpoint.path).name)
+    ckpt_files.prune(fs, run_dir, kept)
     end_run(client, run_id, status="FINISHED")
     final = dict(result.return_value or result.metrics or {})
     final.update(mlflow_run_id=run_id, run_name=name, run_dir=str(result.path),
@@ -185,9 +209,41 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     return final
 
 
-def main(cfg: DictConfig) -> int:
-    """`raystream train <overrides>`: fit one run, print where its results are. Exit 0, 1 (training failed) or 2
-    (bad config or data)."""
+def _close_failed(client, run_id: str, exc: BaseException, interrupted: bool) -> None:
+    """End the MLflow run KILLED (interrupted) or FAILED, with the reason in `raystream.error`; an MLflow error
+    here is printed, never raised over the training error."""
+    try:
+        if not interrupted:
+            reason = str(exc) if isinstance(exc, DivergedError) else f"{type(exc).__name__}: {exc}"
+            retry(lambda: client.set_tag(run_id, names.TAG_ERROR, reason[:5000]), "tag run")
+            if isinstance(exc, DivergedError):
+                retry(lambda: client.set_tag(run_id, names.TAG_STATUS, "diverged"), "tag run")
+        end_run(client, run_id, status="KILLED" if interrupted else "FAILED")
+    except Exception as mlflow_exc:  # keep the training error, not MLflow's
+        print(f"raystream: could not close MLflow run {run_id}: {mlflow_exc}", file=sys.stderr)
+
+
+def _warn_history_lost(client, run_id: str, name: str, info: Dict[str, Any], uri: str, step: int) -> None:
+    """The run resumes at `step` but the MLflow run that holds its earlier steps is gone: say so, and tag the new
+    MLflow run with it."""
+    text = (f"run {name} resumes from its checkpoint at step {step}, but its MLflow run {info['mlflow_run_id']} "
+            f"(recorded at {info.get('tracking_uri', '?')}) is not in {uri}: the new MLflow run {run_id} holds steps "
+            f"{step} on only. To record the whole run, start it again under a new trainer.run_name.")
+    print(f"raystream: WARNING: {text}", file=sys.stderr, flush=True)
+    retry(lambda: client.set_tag(run_id, names.TAG_WARNING, text), "tag run")
+
+
+def resume_command(name: str, overrides: Optional[Sequence[str]]) -> str:
+    """The command line that resumes run `name`: the same overrides, with its `trainer.run_name`."""
+    if overrides is None:
+        return f"raystream train <same overrides> trainer.run_name={shlex.quote(name)}"
+    kept = [o for o in overrides if not o.lstrip("+~").startswith("trainer.run_name=")]
+    return " ".join(["raystream", "train", *map(shlex.quote, kept), shlex.quote(f"trainer.run_name={name}")])
+
+
+def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> int:
+    """`raystream train <overrides>`: fit one run, print where its results are. Exit 0, 1 (training failed or
+    diverged), 2 (bad config or data) or 130 (interrupted: the resume command is printed)."""
     from raystream.data import DataError
 
     name = cfg.trainer.run_name or default_run_name(cfg)
@@ -199,8 +255,12 @@ def main(cfg: DictConfig) -> int:
         print(f"raystream train: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("raystream train: interrupted; re-run with the same trainer.run_name to resume", file=sys.stderr)
+        print(f"raystream train: interrupted; the MLflow run is marked KILLED. Resume from the last checkpoint "
+              f"with:\n  {resume_command(name, overrides)}", file=sys.stderr)
         return 130
+    except DivergedError as exc:
+        print(f"raystream train: {exc}; the MLflow run is marked FAILED", file=sys.stderr)
+        return 1
     except Exception as exc:  # ray.train.TrainingFailedError and what it wraps
         print(f"raystream train: training failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -210,5 +270,5 @@ def main(cfg: DictConfig) -> int:
     print(f"  checkpoint  {final['checkpoint_path']}")
     print(f"  MLflow      run {final['mlflow_run_id']} at {tracking_uri(cfg)}  (mlflow ui --backend-store-uri "
           f"{tracking_uri(cfg)})")
-    print(f"  resume      raystream train <same overrides> trainer.run_name={final['run_name']}")
+    print(f"  resume      {resume_command(final['run_name'], overrides)}")
     return 0

@@ -1,17 +1,21 @@
 """The schedules of the paper's tables, by optimizer step t (0-based):
 
-- learning rate: linear warm-up, then cosine decay to `lr * min_lr_ratio` (`WarmupCosine`, a `LambdaLR`);
+- learning rate: linear warm-up, then cosine decay to `lr * min_lr_ratio` (`WarmupCosine`);
 - weight decay (optional, `optimizer.weight_decay_end`): DINO's cosine from `weight_decay` to `weight_decay_end`
-  (`CosineWeightDecay`), set on the decayed param group before every step (`set_weight_decay`). It is a pure
-  function of t, so a run restored from a checkpoint continues it with no state of its own.
+  (`CosineWeightDecay`), set on the decayed param group before every step (`set_weight_decay`).
+`Schedules.apply(optimizer, t)` sets both before optimizer step t. Every schedule is a pure function of t, so a run
+restored from a checkpoint continues it with no state of its own (DoRA's teacher momentum likewise:
+`raystream.models.dora.teacher.cosine_momentum(t, ...)`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Dict, Optional
 
 import torch
+
+from raystream.tracking import names
 
 
 def half_cosine(progress: float, start: float, end: float) -> float:
@@ -20,7 +24,7 @@ def half_cosine(progress: float, start: float, end: float) -> float:
 
 
 class WarmupCosine:
-    """Multiplier of the base lr after `t` optimizer steps (a picklable `LambdaLR` lambda).
+    """Multiplier of the base lr at optimizer step `t`.
 
     t < warmup: (t + 1) / warmup, so the first step already moves; then a half cosine from 1 down to
     `min_lr_ratio`, reached at step `total_steps - 1`.
@@ -39,12 +43,6 @@ class WarmupCosine:
         span = self.total_steps - self.warmup_steps - 1
         progress = min(1.0, (t - self.warmup_steps) / span) if span > 0 else 0.0
         return half_cosine(progress, 1.0, self.min_lr_ratio)
-
-
-def build_scheduler(optimizer: torch.optim.Optimizer, optimizer_cfg, total_steps: int):
-    """`LambdaLR` with `WarmupCosine(total_steps, optimizer.warmup_steps, optimizer.min_lr_ratio)`."""
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, WarmupCosine(total_steps, int(optimizer_cfg.warmup_steps), float(optimizer_cfg.min_lr_ratio)))
 
 
 class CosineWeightDecay:
@@ -66,10 +64,9 @@ class CosineWeightDecay:
 def build_weight_decay_schedule(optimizer_cfg, total_steps: int) -> Optional[CosineWeightDecay]:
     """`CosineWeightDecay(total_steps, optimizer.weight_decay, optimizer.weight_decay_end)`, or None when
     `optimizer.weight_decay_end` is unset (the weight decay stays constant)."""
-    end = getattr(optimizer_cfg, "weight_decay_end", None)
-    if end is None:
+    if optimizer_cfg.weight_decay_end is None:
         return None
-    return CosineWeightDecay(total_steps, float(optimizer_cfg.weight_decay), float(end))
+    return CosineWeightDecay(total_steps, float(optimizer_cfg.weight_decay), float(optimizer_cfg.weight_decay_end))
 
 
 def set_weight_decay(optimizer: torch.optim.Optimizer, value: float) -> None:
@@ -78,3 +75,28 @@ def set_weight_decay(optimizer: torch.optim.Optimizer, value: float) -> None:
     for group in optimizer.param_groups:
         if group.get("decay", True):
             group["weight_decay"] = value
+
+
+class Schedules:
+    """The hyper-parameters of step t, set on the optimizer before its step: `apply(optimizer, t)`.
+
+    Each param group's lr is its base lr (`initial_lr`, recorded once, as torch's `LambdaLR` does) times
+    `WarmupCosine(t)`; the decayed groups' weight decay follows `CosineWeightDecay(t)` when scheduled. Both are pure
+    functions of t: a restored run calls `apply` with its next step and needs no scheduler state.
+    """
+
+    def __init__(self, optimizer_cfg, total_steps: int):
+        self.lr_factor = WarmupCosine(total_steps, int(optimizer_cfg.warmup_steps), float(optimizer_cfg.min_lr_ratio))
+        self.weight_decay = build_weight_decay_schedule(optimizer_cfg, total_steps)  # None: constant
+
+    def apply(self, optimizer: torch.optim.Optimizer, t: int) -> Dict[str, float]:
+        """Set step t's lr (and weight decay); returns `{'lr': first group's lr}` (and `'wd'` when scheduled)."""
+        factor = self.lr_factor(t)
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+            group["lr"] = group["initial_lr"] * factor
+        out = {names.LR: float(optimizer.param_groups[0]["lr"])}
+        if self.weight_decay is not None:
+            out[names.WD] = self.weight_decay(t)
+            set_weight_decay(optimizer, out[names.WD])
+        return out

@@ -41,3 +41,61 @@ def test_load_names_missing_files(tmp_path):
     (tmp_path / "model.pt").write_bytes(b"")
     with pytest.raises(FileNotFoundError, match="train_state.pt, meta.json"):
         checkpoint.load(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["orthogonal_adamw", "slower_adamw", "adamw"])
+def test_grad_cos_prev_is_defined_at_the_first_step_after_a_restore(tmp_path, name):
+    """The loop saves `diagnostics_state_dict()` (the previous raw gradient) of the optimizer, or of the
+    GradCosineTracker for plain torch optimizers, beside `state_dict()`: the restored run's first cosine equals the
+    uninterrupted run's."""
+    from raystream.optim import GradCosineTracker, build_optimizer
+    from raystream.optim.config import OptimizerConfig
+
+    cfg = OptimizerConfig(name=name, lr=0.01)
+    grads = [torch.randn(5, 3, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+
+    def make():
+        p = torch.nn.Parameter(torch.ones(5, 3))
+        opt = build_optimizer([p], cfg, diagnostics=True)
+        return p, opt, opt if hasattr(opt, "diagnostics") else GradCosineTracker([p])
+
+    def step(p, opt, cosines, g) -> float:
+        p.grad = g.clone()
+        cos = None if cosines is opt else cosines.update()
+        opt.step()
+        return opt.diagnostics()["grad_cos_prev"] if cosines is opt else cos
+
+    p, opt, cosines = make()
+    expected = [step(p, opt, cosines, g) for g in grads]
+    p, opt, cosines = make()
+    for g in grads[:2]:
+        step(p, opt, cosines, g)
+    torch.save({"optimizer": opt.state_dict(), "diagnostics": cosines.diagnostics_state_dict()}, tmp_path / "s.pt")
+    saved = torch.load(tmp_path / "s.pt", weights_only=True)
+    p2, opt2, cosines2 = make()
+    p2.data.copy_(p.data)
+    opt2.load_state_dict(saved["optimizer"])
+    cosines2.load_diagnostics_state_dict(saved["diagnostics"])
+    assert step(p2, opt2, cosines2, grads[2]) == pytest.approx(expected[2], abs=1e-6)
+    assert np.isfinite(expected[2])
+
+
+def test_latest_is_the_newest_complete_checkpoint_and_prune_keeps_the_named(tmp_path):
+    import pyarrow.fs
+
+    fs, run_dir = pyarrow.fs.LocalFileSystem(), str(tmp_path / "run")
+    model = torch.nn.Linear(3, 2)
+    for step in (10, 20, 30, 40):
+        checkpoint.save(tmp_path / "run" / checkpoint.dir_name(step), model_state=model.state_dict(),
+                        train_state={"count": step}, meta={"next_step": step})
+    (tmp_path / "run" / "checkpoint_manager_snapshot.json").write_text("{}")
+    newest = tmp_path / "run" / checkpoint.dir_name(40)
+    (newest / "train_state.pt").write_bytes((newest / "train_state.pt").read_bytes()[:-5])  # upload cut short
+    (tmp_path / "run" / checkpoint.dir_name(30) / "meta.json").write_text('{"next_st')  # meta cut short
+    path, meta = checkpoint.latest(fs, run_dir)
+    assert path.endswith("checkpoint_00000020") and meta["next_step"] == 20
+    assert checkpoint.latest(fs, str(tmp_path / "missing")) is None
+    gone = checkpoint.prune(fs, run_dir, {"checkpoint_00000020", "checkpoint_00000040"})
+    assert sorted(p.rsplit("/", 1)[-1] for p in gone) == ["checkpoint_00000010", "checkpoint_00000030"]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
+        "checkpoint_00000020", "checkpoint_00000040", "checkpoint_manager_snapshot.json"]

@@ -7,7 +7,7 @@ import torch
 
 from raystream.optim import build_optimizer, param_groups
 from raystream.optim.config import OptimizerConfig
-from raystream.train.schedule import (CosineWeightDecay, WarmupCosine, build_scheduler, build_weight_decay_schedule,
+from raystream.train.schedule import (CosineWeightDecay, Schedules, WarmupCosine, build_weight_decay_schedule,
                                       set_weight_decay)
 
 
@@ -39,23 +39,30 @@ def test_no_warmup_and_single_step():
         WarmupCosine(0, 0, 0.1)
 
 
-def test_scheduler_state_round_trip_continues_identically():
-    class Cfg:
-        warmup_steps, min_lr_ratio = 3, 0.1
+def test_schedules_are_pure_functions_of_the_step_and_match_torch_lambda_lr():
+    """`Schedules.apply(opt, t)` gives what torch's LambdaLR gives after t steps, from any starting step: a run
+    restored at step 7 needs no scheduler state."""
+    cfg = OptimizerConfig(lr=0.5, warmup_steps=3, min_lr_ratio=0.1, weight_decay=0.04, weight_decay_end=0.4)
 
     def make():
-        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5)
-        return opt, build_scheduler(opt, Cfg, total_steps=20)
+        model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2))
+        return build_optimizer(param_groups(model, cfg), cfg)
 
-    opt, sched = make()
-    for _ in range(7):
-        opt.step()
-        sched.step()
-    opt2, sched2 = make()
-    sched2.load_state_dict(sched.state_dict())
-    for _ in range(5):
-        opt.step(), sched.step(), opt2.step(), sched2.step()
-        assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+    reference = make()
+    sched = torch.optim.lr_scheduler.LambdaLR(reference, WarmupCosine(20, 3, 0.1))
+    expected = []
+    for _ in range(20):
+        expected.append(reference.param_groups[0]["lr"])
+        reference.step(), sched.step()
+    schedules = Schedules(cfg, total_steps=20)
+    fresh, restored = make(), make()
+    got = [schedules.apply(fresh, t)["lr"] for t in range(20)]
+    assert got == expected  # bit for bit
+    assert schedules.apply(restored, 7) == {"lr": expected[7], "wd": CosineWeightDecay(20, 0.04, 0.4)(7)}
+    assert [g["lr"] for g in restored.param_groups] == [expected[7]] * 2
+    wd = CosineWeightDecay(20, 0.04, 0.4)(7)
+    assert [g["weight_decay"] for g in restored.param_groups] == [pytest.approx(wd), 0.0]
+    assert "wd" not in Schedules(OptimizerConfig(), 20).apply(make(), 3)
 
 
 def test_weight_decay_schedule_endpoints_and_monotonicity():

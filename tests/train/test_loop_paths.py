@@ -1,0 +1,113 @@
+"""The loop's other ends through the real loop (Ray Train, 1 worker, real MLflow): a diverging run stops at its
+first non-finite step with no retry and a FAILED MLflow run; the bf16 autocast path runs on CPU when asked for.
+Plus the pieces they rest on, without Ray."""
+
+import math
+import re
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from raystream.tracking import client as make_client
+from raystream.train.divergence import DivergedError, check_finite, raise_if_diverged
+from raystream.train.loop import autocast_for, typed_config
+
+
+def test_check_finite_names_the_step_and_the_value():
+    check_finite(3, {"loss": 0.5, "gradient norm": 12.0})
+    with pytest.raises(DivergedError, match=r"^loss is nan at step 17") as info:
+        check_finite(17, {"loss": math.nan, "gradient norm": 1.0})
+    assert info.value.step == 17
+    with pytest.raises(DivergedError, match=r"^gradient norm is inf at step 4"):
+        check_finite(4, {"loss": 1.0, "gradient norm": math.inf})
+    raise_if_diverged({"loss": 1.0})
+    with pytest.raises(DivergedError, match="at step 2"):
+        raise_if_diverged({"diverged": "loss is inf at step 2", "diverged_step": 2})
+
+
+def test_bf16_autocast_is_on_gpu_by_default_and_anywhere_when_asked(tiny):
+    cfg = tiny()
+    assert cfg.trainer.bf16 is None  # null: on GPU only
+    assert not isinstance(autocast_for(cfg.trainer, torch.device("cpu"))(), torch.autocast)
+    with warnings.catch_warnings():  # "CUDA is not available": the context is built, not entered
+        warnings.simplefilter("ignore")
+        assert isinstance(autocast_for(cfg.trainer, torch.device("cuda"))(), torch.autocast)
+    on_cpu = autocast_for(tiny("trainer.bf16=true").trainer, torch.device("cpu"))()
+    assert isinstance(on_cpu, torch.autocast) and on_cpu.fast_dtype == torch.bfloat16
+    assert not isinstance(autocast_for(tiny("trainer.bf16=false").trainer, torch.device("cuda"))(), torch.autocast)
+
+
+def test_worker_config_is_typed_with_the_run_schema(tiny):
+    from omegaconf import OmegaConf
+
+    from raystream.optim.config import OptimizerConfig
+
+    cfg = typed_config(OmegaConf.to_container(tiny("optimizer.lr=0.25"), resolve=True))
+    assert OmegaConf.get_type(cfg.optimizer) is OptimizerConfig and cfg.optimizer.lr == 0.25
+    with pytest.raises(Exception, match="lrr"):
+        cfg.optimizer.lrr  # a typo is an error, not a default
+
+
+@pytest.mark.slow
+def test_diverging_run_fails_at_its_step_without_retry(ray_cluster, tiny, workdir, capsys):
+    from raystream.train.run import main
+
+    cfg = tiny("trainer.num_workers=1", "trainer.max_failures=3", "optimizer.lr=1e6", "optimizer.warmup_steps=0",
+               "trainer.run_name=diverged")
+    t0 = time.perf_counter()
+    assert main(cfg) == 1
+    elapsed = time.perf_counter() - t0
+    err = capsys.readouterr().err
+    found = re.search(r"(loss|gradient norm) is (nan|inf|-inf) at step (\d+)", err)
+    assert found, err
+    assert "FAILED" in err and "Retry" not in err and "TrainingFailedError" not in err
+    step = int(found.group(3))
+    assert 1 <= step < 6
+    client = make_client(workdir["mlflow"])
+    run = client.search_runs([client.get_experiment_by_name("train-tests").experiment_id],
+                             filter_string="tags.`raystream.run_name` = 'diverged'")[0]
+    assert run.info.status == "FAILED"
+    assert found.group(0) in run.data.tags["raystream.error"] and run.data.tags["raystream.status"] == "diverged"
+    # the steps before it are recorded, the diverged one is not; no checkpoint holds a diverged state
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss")) == list(range(step))
+    ckpts = sorted(p.name for p in (Path(workdir["storage"]) / "diverged").glob("checkpoint_0*"))
+    assert all(int(name.split("_")[1]) <= step for name in ckpts)
+    print(f"diverged at step {step}, run ended after {elapsed:.1f} s")
+
+
+@pytest.mark.slow
+def test_bf16_autocast_runs_on_cpu_through_the_loop(ray_cluster, tiny, workdir):
+    """trainer.bf16=true on CPU: the forward runs under bf16 autocast (the first loss differs from fp32's by bf16
+    rounding only), the loss stays finite, the parameters and the optimizer's state stay fp32."""
+    from raystream.train.run import fit
+
+    result = fit(tiny("trainer.num_workers=1", "trainer.bf16=true", "trainer.max_steps=3"), run_name="bf16")
+    assert result["steps_done"] == 3 and math.isfinite(result["loss"])
+    client = make_client(workdir["mlflow"])
+    losses = sorted(client.get_metric_history(result["mlflow_run_id"], "loss"), key=lambda m: m.step)
+    assert len(losses) == 3 and all(math.isfinite(m.value) for m in losses)
+
+    from raystream.data import build_stream
+    from raystream.models import build_scenario
+    from raystream.train.loop import seed_everything
+
+    cfg = tiny()
+    seed_everything(cfg.trainer.seed)  # as the loop builds step 0, in fp32
+    scenario = build_scenario(cfg.scenario, cfg.stream, seed=cfg.trainer.seed)
+    stream = build_stream(cfg.data, cfg.stream)
+    try:
+        fp32 = float(scenario.model(next(iter(stream)).model_inputs())["loss"].detach())
+    finally:
+        stream.close()
+    assert losses[0].value != fp32 and losses[0].value == pytest.approx(fp32, rel=2e-2)
+
+    ckpt = Path(result["checkpoint_path"])
+    model_state = torch.load(ckpt / "model.pt", weights_only=True)
+    assert {v.dtype for v in model_state.values() if v.is_floating_point()} == {torch.float32}
+    state = torch.load(ckpt / "train_state.pt", weights_only=True)["optimizer"]["state"]
+    dtypes = {k: v.dtype for s in state.values() for k, v in s.items() if torch.is_tensor(v) and v.is_floating_point()
+              and v.dim() > 0}
+    assert {"exp_avg", "exp_avg_sq", "orth_ema"} <= set(dtypes) and set(dtypes.values()) == {torch.float32}

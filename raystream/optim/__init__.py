@@ -6,6 +6,7 @@
     build_optimizer(params, cfg)     the optimizer a run config names (factory.py)
     param_groups(model, cfg)         decayed / not decayed (biases, norms, ViT tokens) param groups (groups.py)
     GradCosineTracker(params)        cos(g_t, g_{t-1}) for plain torch optimizers (diagnostics.py)
+    project, update_ema              the projection and the EMA as pure functions of tensor lists (projection.py)
 
 Pure torch: no Ray, no raystream.config.
 """
@@ -13,7 +14,8 @@ Pure torch: no Ray, no raystream.config.
 from raystream.optim.diagnostics import GradCosineTracker
 from raystream.optim.factory import build_optimizer
 from raystream.optim.groups import param_groups
-from raystream.optim.orthogonal import OrthogonalAdamW, project, update_ema
+from raystream.optim.orthogonal import OrthogonalAdamW
+from raystream.optim.projection import project, update_ema
 from raystream.optim.sgd import OrthogonalSGD
 from raystream.optim.slower import SlowerAdamW
 from raystream.optim.wrapper import Orthogonal

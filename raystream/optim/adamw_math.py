@@ -37,7 +37,8 @@ def init_adamw_state(state: dict, p: Tensor, fused: bool = False) -> None:
 def adamw_single(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
                  steps: List[Tensor], *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
                  maximize: bool, scratch: bool = False) -> None:
-    """Reference path, one tensor at a time (`scratch` is accepted for symmetry and ignored).
+    """Reference path, one tensor at a time (`scratch` is accepted for symmetry and ignored). Like torch's
+    single-tensor AdamW it reads its CPU step counters as Python numbers.
 
     theta <- theta (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps), computed as the Adam paper's equivalent
     theta <- theta (1 - lr wd) - (lr sqrt(1 - b2^t) / (1 - b1^t)) m / (sqrt(v) + eps sqrt(1 - b2^t)),

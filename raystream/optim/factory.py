@@ -1,40 +1,56 @@
-"""build_optimizer: the optimizer a run config names (`optimizer.name`), from plain attributes (DictConfig or
-OptimizerConfig). The torch baselines are returned as torch builds them, so comparisons are against stock torch.
+"""build_optimizer: the optimizer a run config names (`optimizer.name`, one of config.NAMES). The torch baselines
+are returned as torch builds them, so comparisons are against stock torch; only the optimizers of this package
+have a `diagnostics()` method.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Callable, Dict
 
 import torch
 from torch.optim import Optimizer
 
+from raystream.optim.config import NAMES, OptimizerConfig
 from raystream.optim.orthogonal import OrthogonalAdamW
 from raystream.optim.sgd import OrthogonalSGD
 from raystream.optim.slower import SlowerAdamW
 
-from raystream.optim.config import NAMES
+
+def _adamw(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
 
 
-def build_optimizer(params, cfg: Any, diagnostics: bool = False) -> Optimizer:
-    """`params`: parameters or param-group dicts. `diagnostics` applies to the orthogonal and slower optimizers
-    (plain torch ones have no `diagnostics()`: use GradCosineTracker)."""
-    name = cfg.name
-    lr = float(cfg.lr)
-    wd = float(getattr(cfg, "weight_decay", 0.0))
-    betas = tuple(float(b) for b in getattr(cfg, "betas", (0.9, 0.999)))
-    eps = float(getattr(cfg, "eps", 1e-8))
-    momentum = float(getattr(cfg, "momentum", 0.0))
-    orth = dict(orth_beta=float(getattr(cfg, "orth_beta", 0.9)), projection=str(getattr(cfg, "projection", "global")),
-                orth_init=str(getattr(cfg, "orth_init", "zero")))
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd)
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=wd)
-    if name == "orthogonal_adamw":
-        return OrthogonalAdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd, diagnostics=diagnostics, **orth)
-    if name == "orthogonal_sgd":
-        return OrthogonalSGD(params, lr=lr, momentum=momentum, weight_decay=wd, diagnostics=diagnostics, **orth)
-    if name == "slower_adamw":
-        return SlowerAdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd, diagnostics=diagnostics)
-    raise ValueError(f"optimizer.name = {name!r}: expected one of {', '.join(NAMES)}")
+def _sgd(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def _orthogonal_adamw(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
+    return OrthogonalAdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
+                           orth_beta=cfg.orth_beta, projection=cfg.projection, orth_init=cfg.orth_init,
+                           diagnostics=diagnostics)
+
+
+def _orthogonal_sgd(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
+    return OrthogonalSGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                         orth_beta=cfg.orth_beta, projection=cfg.projection, orth_init=cfg.orth_init,
+                         diagnostics=diagnostics)
+
+
+def _slower_adamw(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
+    return SlowerAdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
+                       diagnostics=diagnostics)
+
+
+# config.NAMES, in its order: adamw, sgd, orthogonal_adamw, orthogonal_sgd, slower_adamw
+BUILDERS: Dict[str, Callable[..., Optimizer]] = dict(zip(NAMES, (_adamw, _sgd, _orthogonal_adamw, _orthogonal_sgd,
+                                                                  _slower_adamw), strict=True))
+
+
+def build_optimizer(params, cfg: OptimizerConfig, diagnostics: bool = False) -> Optimizer:
+    """`params`: parameters or param-group dicts; `cfg`: the `optimizer` section (OptimizerConfig, or the structured
+    DictConfig of one). `diagnostics` applies to the orthogonal and slower optimizers (plain torch ones have no
+    `diagnostics()`: use GradCosineTracker)."""
+    build = BUILDERS.get(cfg.name)
+    if build is None:
+        raise ValueError(f"optimizer.name = {cfg.name!r}: expected one of {', '.join(NAMES)}")
+    return build(params, cfg, diagnostics)

@@ -16,6 +16,8 @@ from typing import Any, Dict, List
 
 from torch import Tensor, nn
 
+from raystream.optim.config import OptimizerConfig
+
 TOKEN_SUFFIX = "token"  # cls_token, mask_token, dist_token, reg_token
 POS_EMBED_PREFIX = "pos_embed"
 
@@ -26,14 +28,14 @@ def decays(name: str, param: Tensor) -> bool:
     return not (param.ndim <= 1 or leaf.endswith(TOKEN_SUFFIX) or leaf.startswith(POS_EMBED_PREFIX))
 
 
-def param_groups(model: nn.Module, cfg: Any) -> List[Dict[str, Any]]:
+def param_groups(model: nn.Module, cfg: OptimizerConfig) -> List[Dict[str, Any]]:
     """The trainable parameters of `model` as param-group dicts for `build_optimizer`.
 
-    `cfg`: the optimizer config (plain attributes): `weight_decay`, `no_decay_1d` (default True). Returns the
+    `cfg`: the `optimizer` section; reads `weight_decay` and `no_decay_1d`. Returns the
     decayed group `{'params', 'weight_decay': cfg.weight_decay, 'decay': True}` and, when `no_decay_1d`, the
     `{'params', 'weight_decay': 0.0, 'decay': False}` group; an empty group is left out.
     """
-    split = bool(getattr(cfg, "no_decay_1d", True))
+    split = cfg.no_decay_1d
     decayed: List[Tensor] = []
     kept: List[Tensor] = []
     for name, param in model.named_parameters():
@@ -41,7 +43,7 @@ def param_groups(model: nn.Module, cfg: Any) -> List[Dict[str, Any]]:
             (decayed if not split or decays(name, param) else kept).append(param)
     groups = []
     if decayed:
-        groups.append({"params": decayed, "weight_decay": float(getattr(cfg, "weight_decay", 0.0)), "decay": True})
+        groups.append({"params": decayed, "weight_decay": cfg.weight_decay, "decay": True})
     if kept:
         groups.append({"params": kept, "weight_decay": 0.0, "decay": False})
     return groups

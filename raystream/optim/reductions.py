@@ -18,6 +18,8 @@ def dot(a: Tensor, b: Tensor) -> Tensor:
 def total(scalars: Sequence[Tensor]) -> Tensor:
     """Sum of 0-dim tensors that may live on several devices / dtypes, on the first one's device."""
     first = scalars[0]
+    if len(scalars) == 1:
+        return first
     dtype = first.dtype
     for s in scalars[1:]:
         dtype = torch.promote_types(dtype, s.dtype)

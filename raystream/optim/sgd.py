@@ -1,5 +1,6 @@
 """Algorithm 1, Orthogonal-SGD: torch.optim.SGD's update (momentum, nesterov, L2 weight decay) on the projected
-gradient u_t. The projection and the EMA are orthogonal.py's; weight decay is added to u_t, as SGD adds it to g_t.
+gradient u_t. The projection and the EMA are base.py's (see orthogonal.py for the equations); weight decay is added
+to u_t, as SGD adds it to g_t.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from raystream.optim.base import OrthogonalMixin, check_hparam, evaluate_closure
+from raystream.optim.base import OrthogonalMixin, check_hparam, evaluate_closure, split
 
 
 def sgd_single(params: List[Tensor], grads: List[Tensor], bufs: List[Optional[Tensor]], *, lr: float,
@@ -75,22 +76,17 @@ class OrthogonalSGD(OrthogonalMixin, Optimizer):
     def step(self, closure=None):
         loss = evaluate_closure(closure)
         groups = self._gradients()
-        params = [p for _, ps, _ in groups for p in ps]
-        if not params:
+        if not any(ps for _, ps, _ in groups):
             return loss
         foreach = self._foreach()
-        u = self._project(groups, foreach)
-        start = 0
-        for group, ps, _ in groups:
+        u = self._project(groups, foreach)  # u_t of every parameter
+        kernel = sgd_foreach if foreach else sgd_single
+        for (group, ps, _), us in zip(groups, split(u, groups)):
             bufs = [self.state[p].get("momentum_buffer") for p in ps]
-            kernel = sgd_foreach if foreach else sgd_single
-            kernel(ps, u[start:start + len(ps)], bufs, lr=group["lr"], momentum=group["momentum"],
-                   dampening=group["dampening"], weight_decay=group["weight_decay"], nesterov=group["nesterov"],
-                   maximize=group["maximize"])
+            kernel(ps, us, bufs, lr=group["lr"], momentum=group["momentum"], dampening=group["dampening"],
+                   weight_decay=group["weight_decay"], nesterov=group["nesterov"], maximize=group["maximize"])
             if group["momentum"] != 0:
                 for p, b in zip(ps, bufs):
                     self.state[p]["momentum_buffer"] = b
-            start += len(ps)
-        del u
-        self._update_emas(groups, foreach)
+        self._update_emas()  # c_t = beta c_{t-1} + (1 - beta) g_t
         return loss

@@ -1,22 +1,25 @@
 """Slower-AdamW, the paper's supplementary baseline: AdamW on the raw gradient g_t, with the step slowed by
 lambda_t = 1 - cos(g_t, g_{t-1}) in [0, 2] (cosine over the whole parameter vector; lambda_1 = 1).
 
-lambda scales the learning rate of the whole step, weight decay included (lr_t = lambda_t * lr). It is read back as
-a Python number once per step (one device sync). Extra state over AdamW: one buffer per parameter,
-`state[p]["prev_grad"]`.
+lambda scales the learning rate of the whole step, weight decay included (lr_t = lambda_t * lr). It stays a tensor
+on the parameters' device, fed to torch's fused AdamW kernel as a tensor learning rate, so the default path does not
+sync with the host; the `fused=False` / `foreach=False` paths read it back once per step. Extra state over AdamW:
+the previous gradient (diagnostics.GradCosine), saved in the state_dict as `state[p]["prev_grad"]`.
 """
 
 from __future__ import annotations
 
 import math
+from itertools import chain
 from typing import Any, Dict, Optional, Tuple
 
 import torch
+from torch import Tensor
 from torch.optim import Optimizer
 
-from raystream.optim.adamw_math import adamw_foreach, adamw_single, init_adamw_state
-from raystream.optim.base import DIAGNOSTIC_KEYS, check_hparam, evaluate_closure, gradients_by_group
-from raystream.optim.reductions import cosine, dot, sq_norm, total
+from raystream.optim.adamw_math import adamw_foreach, adamw_fused, adamw_single, fused_supported, init_adamw_state
+from raystream.optim.base import check_hparam, evaluate_closure, gradients_by_group
+from raystream.optim.diagnostics import DIAGNOSTIC_KEYS, GradCosine, nan_like
 
 PREV_KEY = "prev_grad"
 
@@ -24,17 +27,24 @@ PREV_KEY = "prev_grad"
 class SlowerAdamW(Optimizer):
     def __init__(self, params, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.01, *, maximize: bool = False, foreach: Optional[bool] = None,
-                 diagnostics: bool = False):
+                 fused: Optional[bool] = None, diagnostics: bool = False):
         check_hparam("lr", lr, lr >= 0, ">= 0")
         check_hparam("eps", eps, eps >= 0, ">= 0")
         check_hparam("weight_decay", weight_decay, weight_decay >= 0, ">= 0")
         check_hparam("betas[0]", betas[0], 0 <= betas[0] < 1, "in [0, 1)")
         check_hparam("betas[1]", betas[1], 0 <= betas[1] < 1, "in [0, 1)")
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, maximize=maximize,
-                        foreach=foreach)
+                        foreach=foreach, fused=fused)
         super().__init__(params, defaults)
         self._diagnostics_enabled = bool(diagnostics)
-        self._diag: Dict[str, float] = {}
+        self._diag: Dict[str, Tensor] = {}
+        self._cosine = GradCosine()
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        if group["fused"] is None:
+            group["fused"] = group["foreach"] is not False and fused_supported(group["params"])
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -43,49 +53,64 @@ class SlowerAdamW(Optimizer):
         params = [p for _, ps, _ in groups for p in ps]
         if not params:
             return loss
-        grads = [g for _, _, gs in groups for g in gs]
-        prev = [self.state[p].get(PREV_KEY) for p in params]
-        pairs = [(g, q) for g, q in zip(grads, prev) if q is not None]
-        cos = float("nan")
-        if pairs:
-            gq = total([dot(g, q.float() if q.dtype != torch.float64 else q) for g, q in pairs])
-            cos = float(cosine(gq, sq_norm(grads), sq_norm([q for _, q in pairs])))
-        lam = 1.0 if math.isnan(cos) else 1.0 - cos  # lambda_t in [0, 2]
+        cos = self._cosine.update(params, [g for _, _, gs in groups for g in gs])
+        lam = torch.where(torch.isnan(cos), torch.ones_like(cos), 1 - cos)  # lambda_t in [0, 2]
         foreach = {g.get("foreach") for g in self.param_groups} != {False}
-        kernel = adamw_foreach if foreach else adamw_single
-        for group, ps, _ in groups:
+        for group, ps, gs in groups:
+            if not ps:
+                continue
             states = [self.state[p] for p in ps]
             for p, s in zip(ps, states):
-                init_adamw_state(s, p)
-            beta1, beta2 = group["betas"]
-            kernel(ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                   [s["step"] for s in states], lr=group["lr"] * lam, beta1=beta1, beta2=beta2, eps=group["eps"],
-                   weight_decay=group["weight_decay"], maximize=group["maximize"])
-        for p, g in zip(params, grads):
-            q = self.state[p].get(PREV_KEY)
-            if q is None:
-                self.state[p][PREV_KEY] = g.detach().clone()
+                init_adamw_state(s, p, fused=group["fused"])
+            if group["fused"]:
+                kernel, lr = adamw_fused, group["lr"] * lam.to(ps[0].device)
             else:
-                q.copy_(g)
+                kernel, lr = (adamw_foreach if foreach else adamw_single), group["lr"] * float(lam)
+            beta1, beta2 = group["betas"]
+            kernel(ps, gs, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                   [s["step"] for s in states], lr=lr, beta1=beta1, beta2=beta2, eps=group["eps"],
+                   weight_decay=group["weight_decay"], maximize=group["maximize"])
         if self._diagnostics_enabled:
-            self._diag = {"grad_cos_prev": cos, "grad_cos_ema": math.nan, "update_norm_ratio": lam}
+            self._diag = {"grad_cos_prev": cos, "grad_cos_ema": nan_like(cos), "update_norm_ratio": lam}
         return loss
 
-    def diagnostics(self) -> Dict[str, float]:
-        """grad_cos_prev = cos(g_t, g_{t-1}); update_norm_ratio = lambda_t; grad_cos_ema is NaN (no EMA)."""
+    def diagnostics(self) -> Dict[str, Tensor]:
+        """grad_cos_prev = cos(g_t, g_{t-1}); update_norm_ratio = lambda_t; grad_cos_ema is NaN (no EMA). 0-dim
+        tensors on the parameters' device."""
         if not self._diagnostics_enabled:
             raise RuntimeError("SlowerAdamW was built with diagnostics=False; pass diagnostics=True")
-        return {k: self._diag.get(k, math.nan) for k in DIAGNOSTIC_KEYS}
-
-    def diagnostics_state_dict(self) -> Dict[str, Any]:
-        """Nothing beyond `state_dict()`, which holds the previous gradient (`prev_grad`)."""
-        return {}
-
-    def load_diagnostics_state_dict(self, state: Dict[str, Any]) -> None:
-        """Nothing to do: `load_state_dict` restored the previous gradient."""
+        if not self._diag:
+            return {k: torch.tensor(math.nan) for k in DIAGNOSTIC_KEYS}
+        return dict(self._diag)
 
     def reset_orthogonal_state(self) -> None:
         """Forget the previous gradient: the next step runs at lambda = 1."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                self.state.get(p, {}).pop(PREV_KEY, None)
+        self._cosine.reset()
+
+    def diagnostics_state_dict(self) -> Dict[str, Any]:
+        """Nothing beyond `state_dict()`, which already holds the previous gradient (lambda_t needs it)."""
+        return {}
+
+    def load_diagnostics_state_dict(self, state: Dict[str, Any]) -> None:
+        """`load_state_dict` restored the previous gradient already."""
+
+    def state_dict(self) -> dict:
+        sd = super().state_dict()
+        params = list(chain.from_iterable(g["params"] for g in self.param_groups))
+        index = {id(p): i for i, p in enumerate(params)}
+        state = dict(sd["state"])
+        for p, g in self._cosine.previous().items():
+            state[index[id(p)]] = {**state.get(index[id(p)], {}), PREV_KEY: g.clone()}
+        return {**sd, "state": state}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        params = chain.from_iterable(g["params"] for g in self.param_groups)
+        ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
+        previous = {}
+        for i, p in zip(ids, params):
+            self.state[p].pop(PREV_KEY, None)
+            g = state_dict["state"].get(i, {}).get(PREV_KEY)
+            if g is not None:
+                previous[p] = g.to(p.device)
+        self._cosine.load_previous(previous)

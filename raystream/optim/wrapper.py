@@ -6,8 +6,7 @@ How it avoids the known pitfalls of optimizer wrappers:
   (a base evaluating the closure after the projection would overwrite u_t with fresh raw gradients);
 - it calls `Optimizer.__init__`, so step pre/post hooks registered on the wrapper (and global ones) fire;
 - it shares the base's `param_groups` and `state`, and keeps the EMA in the base's per-parameter state
-  (`state[p]["orth_ema"]`, created after the base's first step so bases that initialise on an empty state still
-  do), so `state_dict()`/`load_state_dict()` of either object round-trip it;
+  (`state[p]["orth_ema"]`), so `state_dict()`/`load_state_dict()` of either object round-trip it;
 - `p.grad` holds u_t only while the base steps and is the raw gradient again afterwards.
 """
 
@@ -16,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch.optim import Optimizer
 
-from raystream.optim.base import OrthogonalMixin, check_hparam, evaluate_closure
+from raystream.optim.base import OrthogonalMixin, check_hparam, compact_emas, evaluate_closure
 
 
 class Orthogonal(OrthogonalMixin, Optimizer):
@@ -57,7 +56,7 @@ class Orthogonal(OrthogonalMixin, Optimizer):
         groups = self._gradients()
         params = [p for _, ps, _ in groups for p in ps]
         grads = [g for _, _, gs in groups for g in gs]
-        u = self._project(groups, self._projection_foreach)
+        u = self._project(groups, self._projection_foreach)  # u_t of every parameter
         try:
             for p, g, ui in zip(params, grads, u):
                 # u is g itself where there is no EMA yet; some bases (foreach SGD + nesterov) write into p.grad
@@ -66,12 +65,11 @@ class Orthogonal(OrthogonalMixin, Optimizer):
         finally:
             for p, g in zip(params, grads):
                 p.grad = g
-        del u
-        self._update_emas(groups, self._projection_foreach)
+        self._update_emas()  # c_t = beta c_{t-1} + (1 - beta) g_t
         return loss
 
     def state_dict(self) -> dict:
-        return self.base_optimizer.state_dict()
+        return compact_emas(self.base_optimizer.state_dict())
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.base_optimizer.load_state_dict(state_dict)  # replaces the base's groups and state objects
@@ -80,7 +78,6 @@ class Orthogonal(OrthogonalMixin, Optimizer):
         for group in self.param_groups:
             group.setdefault("orth_beta", self.defaults["orth_beta"])
         self._restore_ema_precision(state_dict)
-        self._prev_grads.clear()
 
     def __repr__(self) -> str:
         return (f"Orthogonal({self.base_optimizer!r}, projection={self.projection!r}, "

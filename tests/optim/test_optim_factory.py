@@ -1,12 +1,13 @@
 """build_optimizer: every optimizer name, and every shipped optimizer preset composes and builds what it says."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from raystream.optim import OrthogonalAdamW, OrthogonalSGD, SlowerAdamW, build_optimizer
-from raystream.optim.config import OptimizerConfig
+from raystream.optim.config import NAMES, OptimizerConfig
 
 PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "sweeps" / "optimizer").glob("*.yaml"))
 
@@ -52,3 +53,16 @@ def test_every_preset_composes_and_builds():
                      ("optimizer.momentum=-0.1", "optimizer.momentum")]:
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             compose([bad])
+
+
+def test_every_declared_name_builds_and_only_this_package_has_diagnostics():
+    for name in NAMES:
+        opt = build_optimizer([torch.nn.Parameter(torch.ones(3))], OptimizerConfig(name=name), diagnostics=True)
+        assert hasattr(opt, "diagnostics") == (type(opt).__module__.startswith("raystream.optim"))
+
+
+def test_a_config_without_a_field_is_an_error_not_a_silent_default():
+    """build_optimizer reads typed OptimizerConfig fields; it does not fill in defaults of its own."""
+    partial = SimpleNamespace(name="orthogonal_adamw", lr=0.1, weight_decay=0.0, betas=[0.9, 0.999], eps=1e-8)
+    with pytest.raises(AttributeError, match="orth_beta"):
+        build_optimizer([torch.nn.Parameter(torch.ones(3))], partial)

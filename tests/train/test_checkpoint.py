@@ -63,7 +63,7 @@ def test_grad_cos_prev_is_defined_at_the_first_step_after_a_restore(tmp_path, na
         p.grad = g.clone()
         cos = None if cosines is opt else cosines.update()
         opt.step()
-        return opt.diagnostics()["grad_cos_prev"] if cosines is opt else cos
+        return float(opt.diagnostics()["grad_cos_prev"]) if cosines is opt else cos
 
     p, opt, cosines = make()
     expected = [step(p, opt, cosines, g) for g in grads]

@@ -1,0 +1,35 @@
+"""Flat buffers: tensors of one device laid end to end, so that a sum over every tensor is one reduction and an
+update of every tensor one op, whatever their number.
+
+`Flat(tensors, rows, dtype)` holds `data`, of shape (rows, N) with N the tensors' total size (each row contiguous),
+and for each row a view shaped like each tensor (`views[r][i]`); `torch._foreach_copy_(flat.views[r], grads)` fills a row in one op.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+
+class Flat:
+    def __init__(self, tensors: Sequence[Tensor], rows: int, dtype: torch.dtype):
+        sizes = [t.numel() for t in tensors]
+        device = tensors[0].device
+        n = sum(sizes)
+        # each row starts 256-byte aligned, so that a reduction rounds alike whichever row its data is in
+        self.data = torch.zeros(rows, -(-n // 64) * 64, dtype=dtype, device=device)[:, :n]
+        self.views: List[List[Tensor]] = [list(row.split(sizes)) for row in self.data]
+        for row in self.views:
+            for i, t in enumerate(tensors):
+                row[i] = row[i].view(t.shape)
+        self.lengths = torch.tensor(sizes, dtype=torch.long, device=device)
+
+
+def buckets(tensors: Sequence[Tensor], dtype_of: Callable[[Tensor], torch.dtype]) -> Dict[Tuple, List[int]]:
+    """Indices of `tensors` by (device, dtype_of(tensor)), in order: the tensors one flat buffer can hold."""
+    out: Dict[Tuple, List[int]] = {}
+    for i, t in enumerate(tensors):
+        out.setdefault((t.device, dtype_of(t)), []).append(i)
+    return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 import time
 from typing import Any, Dict, List, Optional
 
@@ -134,13 +135,22 @@ def measure(cfg, *, steps: int = 8, checkpoint: Optional[str] = None) -> Dict[st
 
 
 def log_correlation(mlflow_client, run_id: str, cfg) -> Dict[str, Any]:
-    """Measure with `trainer.correlation_steps` pairs at the run's initial weights and log the four cosines as
-    metrics at step 0 of the MLflow run `run_id`; returns the measurement."""
+    """Measure with `trainer.correlation_steps` pairs at the run's initial weights (on the driver, with
+    `trainer.cpus_per_worker` torch threads) and log the four cosines as metrics at step 0 of the MLflow run `run_id`;
+    returns the measurement ({} when the stream has no pair of consecutive batches: a warning on stderr)."""
     from mlflow.entities import Metric
 
     from raystream.tracking.store import retry
 
-    result = measure(cfg, steps=int(cfg.trainer.correlation_steps))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
+    try:
+        result = measure(cfg, steps=int(cfg.trainer.correlation_steps))
+    except ValueError as exc:  # a stream of one batch trains, but has no consecutive pair: said, not fatal
+        print(f"raystream: stream correlation not measured: {exc}", file=sys.stderr)
+        return {}
+    finally:
+        torch.set_num_threads(threads)
     now = int(time.time() * 1000)
     keys = {SEQUENTIAL: "sequential", SHUFFLED: "shuffled", SEQUENTIAL_RAW: "sequential_raw",
             SHUFFLED_RAW: "shuffled_raw"}
@@ -153,7 +163,6 @@ def main(cfg, *, steps: int = 8, checkpoint: Optional[str] = None) -> int:
     """`raystream data correlation`: print the measurement as one JSON line. Exit 0, or 2 (bad data, checkpoint,
     too short a stream)."""
     import json
-    import sys
 
     from raystream.data import DataError
 

@@ -8,7 +8,8 @@ sampled value is shown. Columns are the final `eval/*` metrics, the stream corre
 
 Writes `report.md`, `report.csv` and plots (each metric against each numeric grid axis such as
 `optimizer.orth_beta` or `stream.batch_size`; histograms of the per-step gradient cosine `grad_cos_prev` per
-optimizer, the paper's Figure 3; its curve over steps per row, Figure 1) to `--out` (default `reports/<sweep run>`), and logs them as artifacts of the sweep's parent run.
+optimizer, the paper's Figure 3; its curve over steps per row, Figure 1) to `--out` (default
+`reports/<sweep run>`), and logs them as artifacts of the sweep's parent run.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ ERROR_TAG = "raystream.error"  # why a trial failed, on its child run
 PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 TRIALS_ARTIFACT = "sweep/trials.json"  # on the parent run: every trial's grid values, status and error
 GRAD_COS_MEAN = "grad_cos_prev_mean"  # column: mean over the run's steps of grad_cos_prev
-CORRELATION_PREFIX = "correlation/"  # columns: the stream correlation measured at run start (raystream/train/correlation.py)
+CORRELATION_PREFIX = "correlation/"  # columns: the stream correlation at run start (raystream/train/correlation.py)
 
 
 @dataclass

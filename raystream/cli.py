@@ -5,6 +5,7 @@
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
     raystream data make-demo [overrides]
+    raystream data correlation [overrides] [--checkpoint PATH] [--steps N]
 
 Every subcommand composes and checks the config first, so a bad key fails before Ray starts.
 """
@@ -45,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--world-size", type=int, default=None)
     m = dsub.add_parser("make-demo", help="write the bundled demo videos (cached)")
     m.add_argument("overrides", nargs="*")
+    # correlation: consecutive batches' gradient cosine, configured order vs shuffled (raystream/train/correlation.py)
+    c = dsub.add_parser("correlation", help="one JSON line: mean cosine of consecutive batches' gradients at fixed "
+                                             "weights, configured order vs shuffled (the paper's Figure 1)")
+    c.add_argument("overrides", nargs="*")
+    c.add_argument("--checkpoint", default=None, help="model state dict, checkpoint or run directory (default: the "
+                                                      "scenario's initial weights)")
+    c.add_argument("--steps", type=int, default=8, help="pairs of consecutive batches per order (default 8)")
     return p
 
 
@@ -79,6 +87,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from raystream.data.inspect import main as inspect_main
 
         return inspect_main(cfg, batches=args.batches, start_step=args.start_step, world_size=args.world_size)
+    if args.data_command == "correlation":
+        from raystream.train.correlation import main as correlation_main
+
+        return correlation_main(cfg, steps=args.steps, checkpoint=args.checkpoint)
     from raystream.data.demo import main as demo_main
 
     return demo_main(cfg)

@@ -33,6 +33,8 @@ class TrainerConfig:
     log_checkpoint_artifact: bool = True  # log the final model.pt to MLflow
     ray_log_level: str = "WARNING"  # Ray Train's own log level (INFO shows every report and checkpoint)
     seed: int = 0
+    correlation_steps: int = 4  # pairs of consecutive batches measured at run start (raystream/train/correlation.py,
+    # MLflow correlation/*); 0 = off
 
 
 RAY_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -49,4 +51,5 @@ CHECKS = [
     Check("run_name", lambda v: v is None or (bool(v) and "/" not in v and v.strip() == v),
           "null (a generated name) or a name without '/' or surrounding spaces"),
     one_of("ray_log_level", RAY_LOG_LEVELS),
+    Check("correlation_steps", lambda v: v >= 0, "an integer >= 0 (pairs of batches; 0 = no measurement)"),
 ]

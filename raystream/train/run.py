@@ -165,6 +165,10 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
     _log_params(client, run_id, flatten(cfg))
     _write_run_info(fs, run_dir, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
+    if int(cfg.trainer.correlation_steps) > 0 and not info:  # the stream's Figure 1 figure, once per run
+        from raystream.train.correlation import log_correlation
+
+        log_correlation(client, run_id, cfg)
 
     tcfg = cfg.trainer
     resources = {"CPU": float(tcfg.cpus_per_worker), **({"GPU": 1} if tcfg.use_gpu else {})}

@@ -3,11 +3,13 @@
 Rows are the sweep's grid axes that vary (e.g. optimizer x order x batch size); replicate axes (keys ending in
 `seed`) are averaged over, so each cell shows mean +- std over seeds. Where a cell had Optuna-sampled axes, each
 seed contributes its best trial by the sweep's metric (the tuned setting, as in the paper's tables) and the
-sampled value is shown. Columns are the final `eval/*` metrics and the final `loss`.
+sampled value is shown. Columns are the final `eval/*` metrics, the stream correlation measured at run start
+(`correlation/*`), the mean over steps of `grad_cos_prev` (`grad_cos_prev_mean`) and the final `loss`.
 
 Writes `report.md`, `report.csv` and plots (each metric against each numeric grid axis such as
 `optimizer.orth_beta` or `stream.batch_size`; histograms of the per-step gradient cosine `grad_cos_prev` per
-optimizer) to `--out` (default `reports/<sweep run>`), and logs them as artifacts of the sweep's parent run.
+optimizer, the paper's Figure 3; its curve over steps per row, Figure 1) to `--out` (default
+`reports/<sweep run>`), and logs them as artifacts of the sweep's parent run.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ ROLE_TAG, GRID_TAG_PREFIX, SAMPLE_TAG_PREFIX = "raystream.role", "raystream.grid
 ERROR_TAG = "raystream.error"  # why a trial failed, on its child run
 PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 TRIALS_ARTIFACT = "sweep/trials.json"  # on the parent run: every trial's grid values, status and error
+GRAD_COS_MEAN = "grad_cos_prev_mean"  # column: mean over the run's steps of grad_cos_prev
+CORRELATION_PREFIX = "correlation/"  # columns: the stream correlation at run start (raystream/train/correlation.py)
 
 
 @dataclass
@@ -204,7 +208,12 @@ def build_table(client, parent_run) -> Table:
         key = tuple(str(cell.get(a, "?")) for a in row_axes)
         rows.setdefault(key, Row(key=key, trials=[])).failed += 1
         failures.append((trial_id, why))
-    metric_names = sorted({m for t in finished for m in t.metrics if m.startswith(names.EVAL_PREFIX)})
+    for t in finished:  # the paper's Figure 1 figure as a column: the run's mean consecutive-gradient cosine
+        cos = [m.value for m in client.get_metric_history(t.run_id, names.GRAD_COS_PREV) if math.isfinite(m.value)]
+        if cos:
+            t.metrics[GRAD_COS_MEAN] = sum(cos) / len(cos)
+    metric_names = sorted({m for t in finished for m in t.metrics
+                           if m.startswith((names.EVAL_PREFIX, CORRELATION_PREFIX)) or m == GRAD_COS_MEAN})
     if any(names.LOSS in t.metrics for t in finished):
         metric_names.append(names.LOSS)
     return Table(sweep=tags.get("raystream.sweep_run", parent_run.info.run_name), parent_run_id=parent_run.info.run_id,
@@ -320,6 +329,43 @@ def plot_grad_cos(client, trials: List[Trial], out: Path) -> Optional[Path]:
     return path
 
 
+def plot_grad_cos_curves(client, table: Table, out: Path) -> Optional[Path]:
+    """The paper's Figure 1 per table row: grad_cos_prev over steps, averaged over the row's seeds (a running mean
+    over 9 steps smooths the step-to-step sawtooth), one line per row (e.g. optimizer x order)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    drawn = 0
+    for row in table.rows:
+        per_step: Dict[int, List[float]] = defaultdict(list)
+        for t in row.trials:
+            for m in client.get_metric_history(t.run_id, names.GRAD_COS_PREV):
+                if math.isfinite(m.value):
+                    per_step[int(m.step)].append(m.value)
+        if not per_step:
+            continue
+        steps = sorted(per_step)
+        mean = [sum(per_step[s]) / len(per_step[s]) for s in steps]
+        smooth = [sum(mean[max(0, i - 4):i + 5]) / len(mean[max(0, i - 4):i + 5]) for i in range(len(mean))]
+        ax.plot(steps, smooth, lw=1, label=", ".join(row.key))
+        drawn += 1
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.axhline(0.0, color="grey", lw=0.5)
+    ax.set(xlabel="step", ylabel="cos(g_t, g_t-1)", ylim=(-1.05, 1.05),
+           title="gradient cosine between consecutive steps (mean over seeds)")
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    path = out / "grad_cos_curves.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def write_report(client, parent_run, out: Optional[str] = None) -> Tuple[Table, List[Path]]:
     """Build the table, write report.md / report.csv / plots under `out`, and log them on the parent run."""
     table = build_table(client, parent_run)
@@ -329,9 +375,10 @@ def write_report(client, parent_run, out: Optional[str] = None) -> Tuple[Table, 
     md.write_text(table.to_markdown())
     table.write_csv(csv_path)
     files = [md, csv_path, *plot_vs_axes(table, out_dir)]
-    cos = plot_grad_cos(client, load_trials(client, parent_run), out_dir)
-    if cos:
-        files.append(cos)
+    for plot in (plot_grad_cos(client, load_trials(client, parent_run), out_dir),
+                 plot_grad_cos_curves(client, table, out_dir)):
+        if plot:
+            files.append(plot)
     for f in files:
         client.log_artifact(parent_run.info.run_id, str(f), artifact_path="report")
     return table, files

@@ -75,7 +75,8 @@ def _populate(mlflow_uri):
                 outcomes.append(TrialOutcome(tid, cell.values, {}, "failed", error="FloatingPointError: NaN loss"))
                 continue
             metrics = [Metric("loss", loss(opt, beta, seed, sample), 0, 5),
-                       Metric("eval/knn_top1", knn(opt, beta, seed, sample), 0, 5)]
+                       Metric("eval/knn_top1", knn(opt, beta, seed, sample), 0, 5),
+                       Metric("correlation/sequential", 0.8, 0, 0)]
             cos = 0.9 if opt == "adamw" else 0.1
             metrics += [Metric("grad_cos_prev", cos + 0.01 * s, 0, s) for s in range(1, 5)]
             client.log_batch(run.info.run_id, metrics=metrics)
@@ -90,7 +91,8 @@ def test_table_rows_mean_std_over_seeds_of_the_best_sample(sweep_store):
     table = build_table(client, client.get_run(parent))
     assert table.row_axes == ["optimizer.name", "optimizer.orth_beta"]
     assert table.seed_axes == ["trainer.seed"]
-    assert table.metrics == ["eval/knn_top1", "loss"]
+    assert table.metrics == ["correlation/sequential", "eval/knn_top1", "grad_cos_prev_mean", "loss"]
+    assert table.rows[0].values("grad_cos_prev_mean") == pytest.approx([0.925] * 3)  # mean of 0.91 .. 0.94
     assert [r.key for r in table.rows] == [("adamw", "0.5"), ("adamw", "0.9"), ("orthogonal_adamw", "0.5"),
                                            ("orthogonal_adamw", "0.9")]
     row = table.rows[2]
@@ -102,7 +104,8 @@ def test_table_rows_mean_std_over_seeds_of_the_best_sample(sweep_store):
     assert len(failed_row.trials) == 3  # seed 2 still has its sample-0 trial
     md = table.to_markdown()
     mean, std = statistics.mean(expected), statistics.stdev(expected)
-    assert f"| orthogonal_adamw | 0.5 | 3 | 2.00e-03 ± 0.00e+00 | {mean:.4f} ± {std:.4f} |" in md
+    assert "| orthogonal_adamw | 0.5 | 3 | 2.00e-03 ± 0.00e+00 | 0.8000 ± " in md
+    assert f"| {mean:.4f} ± {std:.4f} | 0.1250 ± " in md  # eval/knn_top1, then grad_cos_prev_mean
     assert "| adamw | 0.9 | 3 (1 failed) |" in md
     assert "FloatingPointError: NaN loss" in md
 
@@ -111,8 +114,8 @@ def test_report_files_plots_and_parent_artifacts(sweep_store, tmp_path):
     client, parent = sweep_store
     table, files = write_report(client, client.get_run(parent), str(tmp_path / "out"))
     names = {f.name for f in files}
-    assert {"report.md", "report.csv", "grad_cos_hist.png", "eval_knn_top1_vs_optimizer.orth_beta.png",
-            "loss_vs_optimizer.orth_beta.png"} <= names
+    assert {"report.md", "report.csv", "grad_cos_hist.png", "grad_cos_curves.png",
+            "eval_knn_top1_vs_optimizer.orth_beta.png", "loss_vs_optimizer.orth_beta.png"} <= names
     with open(tmp_path / "out" / "report.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 4 and rows[1]["failed"] == "1"
@@ -128,7 +131,8 @@ def test_report_main_by_experiment_prints_the_table(sweep_store, tmp_path, capsy
     assert find_parent(client, experiment="reptest").info.run_id == parent
     assert report.main(experiment="reptest", out=str(tmp_path / "o")) == 0
     out = capsys.readouterr().out
-    assert "| optimizer.name | optimizer.orth_beta | n | optimizer.lr | eval/knn_top1 | loss |" in out
+    assert ("| optimizer.name | optimizer.orth_beta | n | optimizer.lr | correlation/sequential | eval/knn_top1 | "
+            "grad_cos_prev_mean | loss |") in out
     assert report.main(experiment="nope", out=str(tmp_path / "o")) == 2
     assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
 

@@ -15,13 +15,17 @@ import numpy as np
 
 
 def scaled_size(width: int, height: int, resolution: int) -> Tuple[int, int]:
-    """(width, height) to decode a width x height frame at, so that its short side is `resolution` pixels."""
+    """(width, height) to decode a width x height frame at: the short side at `resolution` pixels, the long side
+    `resolution` plus twice the source crop's offset scaled (rounded), so the centered square starts where
+    `square_resize`'s starts (to within half a pixel; a plain aspect-keeping size can be a pixel off)."""
     side = min(width, height)
     if side <= 0:
         return resolution, resolution
-    w = resolution if width == side else max(resolution, int(round(width * resolution / side)))
-    h = resolution if height == side else max(resolution, int(round(height * resolution / side)))
-    return w, h
+
+    def scaled(length: int) -> int:
+        return resolution + 2 * int(round((length - side) // 2 * resolution / side))
+
+    return scaled(width), scaled(height)
 
 
 def crop_square(frames: np.ndarray, resolution: int, out: Optional[np.ndarray] = None) -> np.ndarray:

@@ -269,7 +269,7 @@ class ClipStream:
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
-                out = future.result(timeout=0.1)
+                out = future.result(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
                 break
             except TimeoutError:
                 if stop.is_set():

@@ -320,7 +320,10 @@ class ClipStream:
                 keys = reader.keyframes
             finally:
                 reader.close()
-            self._segments[v] = Segments(keys, info.num_frames, max(16, _SEGMENT_BYTES // (3 * self.resolution ** 2)))
+            # sequential jobs hold every frame of their segment: cap it; shuffled ones only the clips' frames, and
+            # a piece not starting at a keyframe would decode from the keyframe again
+            cap = max(16, _SEGMENT_BYTES // (3 * self.resolution ** 2)) if self.order.sequential else info.num_frames
+            self._segments[v] = Segments(keys, info.num_frames, cap)
         return self._segments[v]
 
     def _open_reader(self, v: int):

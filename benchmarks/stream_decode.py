@@ -97,16 +97,17 @@ def child(method: str, video: str, setting: str, decoder: str, resolution: int, 
         vr = decord.VideoReader(video, ctx=decord.cpu(0), num_threads=1, width=width, height=height)
     n = len(vr)
     if method.startswith("sequential"):
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         for s in range(0, n, 64):
             vr.get_batch(list(range(s, min(n, s + 64)))).asnumpy()
-        return {"frames": n, "seconds": time.perf_counter() - t0}
+        return {"frames": n, "seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - cpu0}
     g = ClipGeometry.from_config(scfg, vr.get_avg_fps())
     clips = min(g.num_clips(n), naive_clips)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for k in range(clips):
         crop_square(vr.get_batch(g.frames(k)).asnumpy(), resolution)
-    return {"frames": clips * g.frames_per_clip, "seconds": time.perf_counter() - t0}
+    return {"frames": clips * g.frames_per_clip, "seconds": time.perf_counter() - t0,
+            "cpu_s": time.process_time() - cpu0}
 
 
 def frame_size(video: str):
@@ -119,7 +120,8 @@ def frame_size(video: str):
 
 def run_child(args, method: str, setting: str, decoder: str = "decord", reset_frames: int = 1, workers: int = 1,
               order: str = "batch_along_time", video=None, repeat=None) -> dict:
-    """The fastest of `--repeat` runs (each in a fresh process): on a shared machine the minimum is the signal."""
+    """The fastest of `--repeat` runs (each in a fresh process): on a shared machine the minimum is the signal. Its
+    CPU seconds (all threads) are the work it took, which contention on a shared machine changes much less."""
     cmd = [sys.executable, __file__, "--child", method, "--video", str(video or args.video), "--setting", setting,
            "--decoder", decoder, "--resolution", str(args.resolution), "--naive-clips", str(args.naive_clips),
            "--reset-frames", str(reset_frames), "--workers", str(workers), "--order", order]
@@ -162,8 +164,9 @@ def main() -> int:
         print(f"video: {args.frames} frames {args.canvas}x{args.canvas} @ 60 fps, x264 crf 23 "
               f"({os.path.getsize(args.video) / 1e6:.1f} MB, written in {time.perf_counter() - t0:.1f}s); "
               f"clips at {args.resolution} px; best of {args.repeat}; cpus: {os.cpu_count()}")
-        header = (f"{'setting':9} {'method':27} {'frames':>7} {'s':>6} {'cpu s':>6} {'frames/s':>9} {'vs seq':>7} "
-                  f"{'vs seq-r':>8} {'vs naive':>8} {'vs w1':>6} {'peak RSS MiB':>12}")
+        header = (f"{'setting':9} {'method':27} {'frames':>7} {'s':>6} {'frames/s':>9} {'vs seq':>7} "
+                  f"{'vs seq-r':>8} {'vs naive':>8} {'vs w1':>6} {'cpu s':>6} {'f/cpu-s':>8} {'vs seq-r':>8} "
+                  f"{'peak RSS MiB':>12}")
         print(header)
         print("-" * len(header))
         for setting in SETTINGS:
@@ -178,13 +181,16 @@ def main() -> int:
                                                                          order=order)))
             rows.insert(5, ("stream decord w1 no flush", run_child(args, "stream", setting, "decord", reset_frames=0)))
             rate = {name: r["frames"] / r["seconds"] for name, r in rows}
-            seq, seq_r = rate["sequential pass (b)"], rate[f"sequential pass {args.resolution} (b-r)"]
+            work = {name: r["frames"] / max(r["cpu_s"], 1e-9) for name, r in rows}  # frames per CPU-second
+            seq_r_name = f"sequential pass {args.resolution} (b-r)"
+            seq, seq_r = rate["sequential pass (b)"], rate[seq_r_name]
             naive = rate["naive get_batch (a)"]
             for name, r in rows:
                 w1 = rate.get(name.replace(" w2", " w1")) if " w2" in name else None
-                print(f"{setting:9} {name:27} {r['frames']:>7} {r['seconds']:>6.2f} {r.get('cpu_s', 0):>6.2f} "
+                print(f"{setting:9} {name:27} {r['frames']:>7} {r['seconds']:>6.2f} "
                       f"{rate[name]:>9.0f} {rate[name] / seq:>6.2f}x {rate[name] / seq_r:>7.2f}x "
                       f"{rate[name] / naive:>7.1f}x " + (f"{rate[name] / w1:>5.2f}x" if w1 else f"{'':>6}")
+                      + f" {r['cpu_s']:>6.2f} {work[name]:>8.0f} {work[name] / work[seq_r_name]:>7.2f}x"
                       + f" {r['peak_rss_mib']:>12.0f}")
             s = dict(rows)["stream decord w1"]
             print(f"{setting:9} stream decoded {s['decoded']} of {s['video_frames']} source frames once each; "

@@ -192,3 +192,11 @@ def test_device_stream_on_cpu_is_the_stream_and_restores_at_the_batch_it_yielded
     got += [(b.step, b.clips, b.frames, b.target) for b in again]
     _same(plain, got)
     assert again.state_dict()["step"] == again.num_steps
+
+
+def test_both_decoders_find_the_keyframes_segments_start_at(block_videos):
+    for path, gop, n in zip(block_videos, (10, 7, 12, 5), (40, 25, 33, 21)):
+        keys = [open_reader(path, decoder).keyframes for decoder in ("decord", "pyav")]
+        assert keys[0] == keys[1] == list(range(0, n, gop))
+        segments = Segments(keys[0], n, max_frames=4)
+        assert segments.starts[:3] == [0, 4, min(8, gop)] and segments.of(n - 1) == len(segments.starts) - 1

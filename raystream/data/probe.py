@@ -170,8 +170,7 @@ def _folder_probe(dataset: str, data_cfg, stream_cfg, limit: int) -> ProbeSet:
 
 
 def _one_clip_cfg(stream_cfg):
-    from types import SimpleNamespace
+    from raystream.data.config import StreamConfig
 
-    return SimpleNamespace(order="batch_along_time", batch_size=1, frames_per_clip=stream_cfg.frames_per_clip,
-                           fps=stream_cfg.fps, clip_shift=stream_cfg.clip_shift, target_frames=0,
-                           target_offset_s=0.0, resolution=stream_cfg.resolution, dtype="uint8", epochs=1, seed=0)
+    return StreamConfig(batch_size=1, frames_per_clip=int(stream_cfg.frames_per_clip), fps=float(stream_cfg.fps),
+                        clip_shift=int(stream_cfg.clip_shift), resolution=int(stream_cfg.resolution), dtype="uint8")

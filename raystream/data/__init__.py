@@ -3,9 +3,10 @@
     from raystream.data import build_stream, build_heldout_stream, ensure_demo_videos, load_probe_set, DataError, Batch
 
 Where things live: `orders.py` (Figure 4's orders as index arithmetic), `clips.py` (which frames a clip holds),
-`backends.py` (decord / PyAV readers), `sources.py` (listing and probing files), `window.py` (decode-once frame
-window), `stream.py` (batches, sharding, state), `demo.py` (generated demo videos), `probe.py` (labelled probe sets),
-`inspect.py` (`raystream data inspect`).
+`backends.py` (decord / PyAV readers), `frames.py` (crop and scale geometry), `sources.py` (listing and probing
+files), `plan.py` (which segment jobs decode which frames), `workers.py` (decode threads), `stream.py` (batches,
+sharding, state), `device.py` (batches copied to the training device ahead of the step), `demo.py` (generated demo
+videos), `probe.py` (labelled probe sets), `inspect.py` (`raystream data inspect`).
 
 Names are imported lazily, so the probe child process (`python -m raystream.data.sources`) starts without torch.
 """
@@ -16,7 +17,7 @@ _EXPORTS = {
     "Batch": "stream", "ClipRef": "stream", "ClipStream": "stream", "build_stream": "stream",
     "build_heldout_stream": "stream", "ClipGeometry": "clips", "DataError": "errors", "ORDERS": "orders",
     "Order": "orders", "shard_places": "orders", "ProbeSet": "probe", "load_probe_set": "probe",
-    "ensure_demo_videos": "demo",
+    "ensure_demo_videos": "demo", "DeviceStream": "device",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,12 +1,16 @@
 """Decoders behind one small interface, so the rest of raystream.data never touches decord or PyAV directly.
 
-    reader = open_reader(path, decoder="decord" | "pyav", max_read_through=250)
-    reader.num_frames, reader.fps, reader.height, reader.width
+    reader = open_reader(path, decoder="decord" | "pyav", max_read_through=250, size=None | (width, height))
+    reader.num_frames, reader.fps, reader.height, reader.width     # height, width: of the frames `get` returns
     reader.get(indices)   # ascending source-frame indices -> uint8 array (n, H, W, 3), RGB
+    reader.keyframes      # source-frame indices of the keyframes (where a segment can start without a seek back)
     reader.close()
 
-Readers are created per worker (never pickled or shared across processes) with one decoding thread each.
-Both backends return identical frames on H.264 test videos. `get` reads forward sequentially from the reader's
+With `size`, frames are scaled inside the decoder (libswscale, bilinear: decord's VideoReader width/height, PyAV's
+`to_ndarray(width=, height=)`), so nobody resizes them in Python. Readers are created per decode worker (never
+pickled or shared across threads or processes) with one decoding thread each; decord's calls release the GIL, so
+several readers decode at once in threads (PyAV 18's do not). Both backends return identical frames on H.264 test
+videos at full size. `get` reads forward sequentially from the reader's
 position when the next index is close, and seeks only for backward jumps or large gaps, so callers that ask for
 contiguous chunks in order decode every frame once. Decoder failures come out as DataError naming the file.
 """
@@ -15,22 +19,24 @@ from __future__ import annotations
 
 import bisect
 from fractions import Fraction
-from typing import List, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from raystream.data.config import DECODERS
 from raystream.data.errors import DataError
 
-DECODERS = ("decord", "pyav")
 
-
-def open_reader(path: str, decoder: str = "decord", max_read_through: int = 250, decord_reset_frames: int = 1):
-    """A reader of `path` with `decoder`; raises DataError naming the file when it cannot be opened."""
-    if decoder == "decord":
-        return DecordReader(path, reset_frames=decord_reset_frames)
-    if decoder == "pyav":
-        return PyAVReader(path, max_read_through=max_read_through)
-    raise DataError(f"data.decoder = {decoder!r}: expected one of {', '.join(DECODERS)}")
+def open_reader(path: str, decoder: str = "decord", max_read_through: int = 250, decord_reset_frames: int = 1,
+                size: Optional[Tuple[int, int]] = None):
+    """A reader of `path` with `decoder` (one of config.DECODERS), returning frames scaled to `size` = (width,
+    height) when given; raises DataError naming the file when it cannot be opened."""
+    readers = {"decord": lambda: DecordReader(path, reset_frames=decord_reset_frames, size=size),
+               "pyav": lambda: PyAVReader(path, max_read_through=max_read_through, size=size)}
+    assert tuple(readers) == DECODERS, "every decoder of data.config.DECODERS has a reader here"
+    if decoder not in readers:
+        raise DataError(f"data.decoder = {decoder!r}: expected one of {', '.join(DECODERS)}")
+    return readers[decoder]()
 
 
 def _decord_errors() -> tuple:
@@ -45,32 +51,32 @@ class DecordReader:
     decord 0.6 fault: `VideoReader.next`/`get_batch` push a packet to decord's decoder thread before every pop, and
     a pop that finds the thread's frame queue momentarily empty returns without a frame and pushes another packet.
     Each such race leaves one more decoded RGB frame queued ahead of the reader for good, so its memory rises as it
-    reads sequentially, to a level that varies from run to run (benchmarks/stream_decode.py: 850-1294 MiB peak RSS
-    over three runs on a 7200-frame video, against 649-710 MiB flushed). Nothing but a seek empties that queue. So with `reset_frames` > 0, once the reader has moved that many
-    frames forward, the next read that reaches a keyframe first reads up to the frame before it, then seeks to the
-    keyframe (decord flushes its decoder there) and goes on from it: no frame is decoded twice, and what decord
-    holds is bounded by the frames read between keyframes, not by the video's length.
+    reads sequentially, to a level that varies from run to run (the README's stream benchmark measures it). Nothing
+    but a seek empties that queue. So with `reset_frames` > 0, once the reader has moved that many frames forward,
+    the next read that reaches a keyframe first reads up to the frame before it, then seeks to the keyframe (decord
+    flushes its decoder there) and goes on from it: no frame is decoded twice, and what decord holds is bounded by
+    the frames read between keyframes, not by the video's length.
     """
 
-    def __init__(self, path: str, reset_frames: int = 1):
+    def __init__(self, path: str, reset_frames: int = 1, size: Optional[Tuple[int, int]] = None):
         import decord
 
         self.path = str(path)
         self.reset_frames = int(reset_frames)
         self.resets = 0  # keyframe resets done (tests, benchmarks)
+        self._resize: Optional[Tuple[int, int]] = None  # decord cannot scale to this size: PIL does (see _open)
         try:
-            self._vr = decord.VideoReader(self.path, ctx=decord.cpu(0), num_threads=1)
-            self.num_frames = len(self._vr)
-            self.fps = float(self._vr.get_avg_fps())
-            self._keys = [int(k) for k in self._vr.get_key_indices()] if self.num_frames > 0 else []
-            if self.num_frames > 0:
-                shape = self._vr[0].shape
-                self._vr.seek(0)
-                self.height, self.width = int(shape[0]), int(shape[1])
-            else:
-                self.height = self.width = 0
+            self._open(decord, size)
         except _decord_errors() as exc:
-            raise DataError(f"{self.path}: decord cannot open it as a video: {_first_line(exc)}") from None
+            if size is None:
+                raise DataError(f"{self.path}: decord cannot open it as a video: {_first_line(exc)}") from None
+            try:  # decord 0.6 rejects some output sizes (16, 24, 48 px wide: it takes the padded rows for RGBA)
+                self._open(decord, None)
+            except _decord_errors() as exc2:
+                raise DataError(f"{self.path}: decord cannot open it as a video: {_first_line(exc2)}") from None
+            if (self.width, self.height) != tuple(size):
+                self._resize = (int(size[0]), int(size[1]))
+                self.width, self.height = self._resize
         self._advanced = 0  # frames the reader moved forward since its last reset
         self._last = -1
 
@@ -86,6 +92,23 @@ class DecordReader:
                 rest = self._get([i for i in indices if i >= key])
                 return rest if first is None else np.concatenate([first, rest])
         return self._get(indices)
+
+    def _open(self, decord, size: Optional[Tuple[int, int]]) -> None:
+        width, height = size or (-1, -1)
+        self._vr = decord.VideoReader(self.path, ctx=decord.cpu(0), num_threads=1, width=width, height=height)
+        self.num_frames = len(self._vr)
+        self.fps = float(self._vr.get_avg_fps())
+        self._keys = [int(k) for k in self._vr.get_key_indices()] if self.num_frames > 0 else []
+        if self.num_frames > 0:
+            shape = self._vr.get_batch([0]).shape
+            self._vr.seek(0)
+            self.height, self.width = int(shape[1]), int(shape[2])
+        else:
+            self.height = self.width = 0
+
+    @property
+    def keyframes(self) -> List[int]:
+        return self._keys or [0]
 
     def _reset(self) -> None:
         # decord's seek_accurate(k) returns at once when the reader already stands at k, so step back to frame 0
@@ -105,6 +128,11 @@ class DecordReader:
             raise DataError(f"{self.path}: decord failed to decode frames {_span(indices)}: {_first_line(exc)}") from None
         self._advanced += max(0, indices[-1] - self._last)
         self._last = indices[-1]
+        if self._resize is not None:
+            from PIL import Image
+
+            out = np.stack([np.asarray(Image.fromarray(f).resize(self._resize, Image.Resampling.BILINEAR))
+                            for f in out])
         return out
 
     def close(self) -> None:
@@ -114,11 +142,12 @@ class DecordReader:
 class PyAVReader:
     """PyAV (FFmpeg) decoding with thread_count=1; frame indices follow presentation order from the first frame."""
 
-    def __init__(self, path: str, max_read_through: int = 250):
+    def __init__(self, path: str, max_read_through: int = 250, size: Optional[Tuple[int, int]] = None):
         import av
 
         self.path = str(path)
         self.max_read_through = int(max_read_through)
+        self._size = size
         try:
             self._container = av.open(self.path)
         except (av.FFmpegError, OSError, UnicodeDecodeError) as exc:
@@ -134,8 +163,11 @@ class PyAVReader:
         self._rate = Fraction(rate) if rate else None
         self._tb = self._stream.time_base
         self.height, self.width = int(self._stream.height), int(self._stream.width)
+        if size is not None:
+            self.width, self.height = int(size[0]), int(size[1])
         self.num_frames = int(self._stream.frames) or self._count_packets()
         self._start_pts = None
+        self._keys: Optional[List[int]] = None
         self._iter = None
         self._pos = 0  # index of the next frame the decoder yields
         self._rewind()
@@ -201,7 +233,7 @@ class PyAVReader:
                         self._rewind()
                         continue
                     if idx == target:
-                        out.append(frame.to_ndarray(format="rgb24"))
+                        out.append(self._pixels(frame))
                         break
         except StopIteration:
             raise DataError(f"{self.path}: PyAV ran out of frames before frame {target} "
@@ -211,6 +243,36 @@ class PyAVReader:
         if not out:
             return np.zeros((0, self.height, self.width, 3), dtype=np.uint8)
         return np.stack(out)
+
+    def _pixels(self, frame) -> np.ndarray:
+        if self._size is None:
+            return frame.to_ndarray(format="rgb24")
+        return frame.to_ndarray(format="rgb24", width=self._size[0], height=self._size[1], interpolation="BILINEAR")
+
+    @property
+    def keyframes(self) -> List[int]:
+        """Indices of the keyframes, from one demuxing pass (no decoding) of a second container."""
+        import av
+
+        if self._keys is None:
+            keys = []
+            try:
+                with av.open(self.path) as container:
+                    stream = container.streams.video[0]
+                    start = None
+                    for packet in container.demux(stream):
+                        if packet.pts is None or not packet.size:
+                            continue
+                        start = packet.pts if start is None else min(start, packet.pts)
+                        if packet.is_keyframe:
+                            keys.append(packet.pts)
+            except av.FFmpegError as exc:
+                raise DataError(f"{self.path}: PyAV cannot demux it: {_first_line(exc)}") from None
+            if self._rate is None or start is None:
+                self._keys = [0]
+            else:
+                self._keys = sorted({int(round(float((k - start) * self._tb * self._rate))) for k in keys} | {0})
+        return self._keys
 
     def close(self) -> None:
         if self._container is not None:

@@ -30,8 +30,8 @@ class ClipGeometry:
     def from_config(cls, stream_cfg, source_fps: float) -> "ClipGeometry":
         """The geometry of `stream_cfg` on a video of `source_fps` frames per second."""
         stride = max(1, _round_half_up(float(source_fps) / float(stream_cfg.fps)))
-        targets = int(getattr(stream_cfg, "target_frames", 0) or 0)
-        gap = max(1, _round_half_up(float(getattr(stream_cfg, "target_offset_s", 0.0)) * float(source_fps)))
+        targets = int(stream_cfg.target_frames)
+        gap = max(1, _round_half_up(float(stream_cfg.target_offset_s) * float(source_fps)))
         return cls(int(stream_cfg.frames_per_clip), stride, int(stream_cfg.clip_shift), targets, gap if targets else 0)
 
     @property

@@ -58,8 +58,12 @@ class DataConfig:
     prefetch: int = 2  # batches decoded ahead by the background thread (0 = decode in the caller's thread)
     max_read_through: int = 250  # a forward gap of at most this many frames is decoded through instead of seeking
     max_open_videos: int = 8  # readers kept open per stream (shuffled order revisits videos)
-    read_ahead: bool = True  # sequential orders: decode and resize the next chunk in a background thread while the
-    # stream assembles the current batch (raystream.data.readahead); up to two chunks of frames more in memory
+    decode_workers: Optional[int] = None  # decoding threads per training worker (raystream.data.workers); None =
+    # what this process's CPUs allow. The batches do not depend on it.
+    read_ahead: bool = True  # decode workers start on the segments of later steps (one job per worker ahead) while
+    # the stream waits for and assembles the current batch; false: only what the current step needs
+    shuffle_horizon: int = 4  # shuffled order: batches planned together, so the clips of one video segment drawn
+    # within them are decoded in one pass over it (raystream.data.plan); frames of up to this many batches are held
     decord_reset_frames: int = 1  # >0: after this many frames, flush decord's decoder at the next keyframe (a seek,
     # nothing decoded twice), so the frames decord queues ahead stay bounded by the GOP, not the video's length
     # (see backends.DecordReader); 0 = never (decord's memory then rises to an erratic, higher level)
@@ -115,7 +119,9 @@ DATA_CHECKS = [
     Check("prefetch", lambda v: v >= 0, "an integer >= 0 (batches decoded ahead)"),
     Check("max_read_through", lambda v: v >= 0, "an integer >= 0 (frames)"),
     Check("max_open_videos", lambda v: v >= 1, "an integer >= 1"),
+    Check("decode_workers", lambda v: v is None or v >= 1, "null (what the CPUs allow) or an integer >= 1"),
     Check("read_ahead", lambda v: isinstance(v, bool), "true or false"),
+    Check("shuffle_horizon", lambda v: v >= 1, "an integer >= 1 (batches)"),
     Check("decord_reset_frames", lambda v: v >= 0, "an integer >= 0 (0 = never flush decord at keyframes)"),
 ]
 

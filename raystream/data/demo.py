@@ -27,12 +27,12 @@ from typing import Iterator, List, Tuple
 
 import numpy as np
 
+from raystream.data.config import DEMO_KINDS as _KINDS
 from raystream.data.errors import DataError
 
 GENERATOR_VERSION = 1
 PHOTOS = {"astronaut": "astronaut.png", "coffee": "coffee.png", "chelsea": "chelsea.png", "rocket": "rocket.jpg",
           "hubble_deep_field": "hubble_deep_field.jpg", "immunohistochemistry": "ihc.png", "retina": "retina.jpg"}
-_KINDS = ("moving_digits", "walking_tour")
 _VIDEO_KEYS = ("kind", "num_videos", "frames_per_video", "fps", "canvas", "objects_per_frame", "drift_speed",
                "scene_frames", "digit_scale", "crf", "seed")
 

@@ -24,10 +24,17 @@ import numpy as np
 ORDERS = ("batch_along_time", "batch_along_video", "shuffled")
 
 
+def check_shards(batch_size: int, world_size: int) -> None:
+    """The one check that a global batch splits evenly over the training workers (ValueError naming both keys)."""
+    if world_size < 1 or batch_size % world_size != 0:
+        raise ValueError(f"stream.batch_size = {batch_size} is not divisible by the number of training workers "
+                         f"(trainer.num_workers) = {world_size}: every worker holds an equal shard of each global "
+                         "batch")
+
+
 def shard_places(batch_size: int, world_size: int, rank: int) -> range:
     """The places of the global batch held by worker `rank` of `world_size`."""
-    if world_size < 1 or batch_size % world_size != 0:
-        raise ValueError(f"stream.batch_size = {batch_size} is not divisible by world_size = {world_size}")
+    check_shards(batch_size, world_size)
     if not 0 <= rank < world_size:
         raise ValueError(f"rank = {rank} is outside [0, {world_size})")
     b = batch_size // world_size
@@ -50,7 +57,7 @@ class Order:
         self.offsets = np.concatenate([[0], np.cumsum(self.counts)])  # first global clip id of each video
         self.total_clips = int(self.offsets[-1])
         self._perms: Dict[int, np.ndarray] = {}
-        if name == "batch_along_video":
+        if self.along_video:
             self.steps_per_pass, self._slots = _slot_schedule(self.counts, self.batch_size)
         else:
             self.steps_per_pass = self.total_clips // self.batch_size
@@ -59,13 +66,23 @@ class Order:
     def num_steps(self) -> int:
         return self.steps_per_pass * self.epochs
 
+    @property
+    def sequential(self) -> bool:
+        """Clips of a video reach the batches in their order within a pass (both orders but `shuffled`)."""
+        return self.name != "shuffled"
+
+    @property
+    def along_video(self) -> bool:
+        """Each place walks through one video at a time (`batch_along_video`)."""
+        return self.name == "batch_along_video"
+
     def clips_at(self, step: int, places: Sequence[int] | None = None) -> Tuple[np.ndarray, np.ndarray]:
         """(video index, clip index) arrays for `places` (default: all B) of global batch `step`."""
         if not 0 <= step < self.num_steps:
             raise IndexError(f"step {step} is outside the stream's {self.num_steps} steps")
         places = np.arange(self.batch_size) if places is None else np.asarray(list(places), dtype=np.int64)
         epoch, s = divmod(int(step), self.steps_per_pass)
-        if self.name == "batch_along_video":
+        if self.along_video:
             videos = np.empty(len(places), dtype=np.int64)
             clips = np.empty(len(places), dtype=np.int64)
             for i, p in enumerate(places):
@@ -74,7 +91,7 @@ class Order:
                 videos[i], clips[i] = vids[j], s - starts[j]
             return videos, clips
         ids = s * self.batch_size + places
-        if self.name == "shuffled":
+        if not self.sequential:
             ids = self._permutation(epoch)[ids]
         videos = np.searchsorted(self.offsets, ids, side="right") - 1
         return videos, ids - self.offsets[videos]

@@ -33,8 +33,8 @@ class ProbeSet:
 
 def load_probe_set(data_cfg, stream_cfg, eval_cfg) -> ProbeSet:
     """The probe set of `eval_cfg.dataset`, or of the demo data when that is None (see the module docstring)."""
-    dataset = getattr(eval_cfg, "dataset", None)
-    limit = int(getattr(eval_cfg, "max_probe_samples", 2000) or 2000)
+    dataset = eval_cfg.dataset
+    limit = int(eval_cfg.max_probe_samples)
     if dataset is None:
         if data_cfg.videos is not None:
             raise DataError("`eval.dataset` is not set: probing a model trained on your own videos needs a labelled "
@@ -48,7 +48,7 @@ def load_probe_set(data_cfg, stream_cfg, eval_cfg) -> ProbeSet:
 
 def _demo_probe(demo_cfg, stream_cfg, limit: int) -> ProbeSet:
     from raystream.data.demo import PHOTOS, Sprites, digit_images, digit_pool, photo_strip
-    from raystream.data.window import square_resize
+    from raystream.data.frames import square_resize
 
     per_class = max(2, min(int(demo_cfg.probe_per_class), limit // (10 if demo_cfg.kind == "moving_digits"
                                                                      else len(PHOTOS))))
@@ -116,8 +116,11 @@ def _clip(sprites, background, T: int) -> np.ndarray:
 
 def _folder_probe(dataset: str, data_cfg, stream_cfg, limit: int) -> ProbeSet:
     from raystream.data.sources import VIDEO_EXTENSIONS, VideoEntry, probe_videos, resolve_videos
-    from raystream.data.stream import ClipStream
+    from raystream.data.clips import ClipGeometry
+    from raystream.data.frames import crop_square
+    from raystream.data.stream import open_scaled_reader
 
+    res = int(stream_cfg.resolution)
     root = Path(dataset).expanduser()
     if root.is_dir():
         entries = [VideoEntry(str(f), d.name) for d in sorted(root.iterdir()) if d.is_dir()
@@ -139,7 +142,7 @@ def _folder_probe(dataset: str, data_cfg, stream_cfg, limit: int) -> ProbeSet:
     names = tuple(sorted({v.label for v in good}))
     if len(names) < 2:
         raise DataError(f"eval.dataset = {dataset!r}: needs at least 2 classes, found {list(names)}")
-    rng = np.random.default_rng(int(getattr(stream_cfg, "seed", 0)))
+    rng = np.random.default_rng(int(stream_cfg.seed))
     split: Dict[str, List] = {"train": [], "test": []}
     for name in names:
         vids = [v for v in good if v.label == name]
@@ -152,23 +155,22 @@ def _folder_probe(dataset: str, data_cfg, stream_cfg, limit: int) -> ProbeSet:
     for part in ("train", "test"):
         xs, ys = [], []
         for v in split[part]:
-            stream = ClipStream([v], _one_clip_cfg(stream_cfg), data_cfg)
-            k_all = np.unique(np.linspace(0, stream.order.total_clips - 1, per_video).round().astype(int))
-            window = stream._window(0)
-            for k in k_all.tolist():
-                frames = stream.geometry[0].frames(k)
-                got = window.fetch(frames)
-                xs.append(torch.from_numpy(np.stack([got[f] for f in frames])))
-                ys.append(names.index(v.label))
-            stream.close()
+            geometry = ClipGeometry.from_config(_one_clip_cfg(stream_cfg), v.fps)
+            k_all = np.unique(np.linspace(0, geometry.num_clips(v.num_frames) - 1, per_video).round().astype(int))
+            reader = open_scaled_reader(v, res, str(data_cfg.decoder), int(data_cfg.max_read_through))
+            try:
+                for k in k_all.tolist():
+                    xs.append(torch.from_numpy(crop_square(reader.get(geometry.frames(k)), res)))
+                    ys.append(names.index(v.label))
+            finally:
+                reader.close()
         x = torch.stack(xs).float().div_(255.0) if xs else torch.zeros(0)
         out += [x, torch.tensor(ys, dtype=torch.long)]
     return ProbeSet(out[0], out[1], out[2], out[3], len(names), names)
 
 
 def _one_clip_cfg(stream_cfg):
-    from types import SimpleNamespace
+    from raystream.data.config import StreamConfig
 
-    return SimpleNamespace(order="batch_along_time", batch_size=1, frames_per_clip=stream_cfg.frames_per_clip,
-                           fps=stream_cfg.fps, clip_shift=stream_cfg.clip_shift, target_frames=0,
-                           target_offset_s=0.0, resolution=stream_cfg.resolution, dtype="uint8", epochs=1, seed=0)
+    return StreamConfig(batch_size=1, frames_per_clip=int(stream_cfg.frames_per_clip), fps=float(stream_cfg.fps),
+                        clip_shift=int(stream_cfg.clip_shift), resolution=int(stream_cfg.resolution), dtype="uint8")

@@ -5,9 +5,11 @@
     stream.state_dict() / stream.load_state_dict(d); iter(stream) continues after the last batch it yielded
 
 A stream is a pure function of (config, seed, step): `clip_refs(step)` says which source frames every place of a
-global batch holds without decoding anything (used by `raystream data inspect`). Decoding runs in a background
-thread `data.prefetch` batches ahead, through one FrameWindow per open video with its own reader; a batch that takes
-longer than `data.decode_timeout_s` raises DataError naming the video instead of hanging the run.
+global batch holds without decoding anything (used by `raystream data inspect`). Decoding: `plan.py` groups the
+frames the next steps need into jobs (one segment of one video each), `data.decode_workers` threads decode them at
+once, already scaled by the decoder (`frames.py`), and a background thread assembles batches from them
+`data.prefetch` batches ahead. A batch that takes longer than `data.decode_timeout_s` raises DataError naming the
+video instead of hanging the run. None of this changes which frames a batch holds.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import json
 import os
 import queue
 import threading
+import time
 import warnings
-from collections import OrderedDict
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -28,9 +31,13 @@ import torch
 from raystream.data.backends import open_reader
 from raystream.data.clips import ClipGeometry
 from raystream.data.errors import DataError
+from raystream.data.frames import scaled_size
 from raystream.data.orders import Order, shard_places
+from raystream.data.plan import Job, Plan, Segments
 from raystream.data.sources import VideoInfo, probe_videos, resolve_videos
-from raystream.data.window import FrameWindow
+from raystream.data.workers import DecodeWorkers, default_decode_workers
+
+_SEGMENT_BYTES = 32 << 20  # a job decodes at most ~32 MiB of frames at the stream's resolution
 
 
 @dataclass
@@ -62,30 +69,28 @@ class Batch:
         return {"frames": move(self.frames), "target": move(self.target), "index": move(self.index),
                 "step": int(self.step)}
 
-
 class ClipStream:
-    """The clips of `videos` in `stream_cfg.order`, this rank's places only. Build it with `build_stream`."""
+    """The clips of `videos` in `stream_cfg.order`, at `places` of each global batch. Build it with `build_stream`."""
 
-    def __init__(self, videos: Sequence[VideoInfo], stream_cfg, data_cfg, rank: int = 0, world_size: int = 1,
+    def __init__(self, videos: Sequence[VideoInfo], stream_cfg, data_cfg, places: Sequence[int], rank: int = 0,
                  skipped: Sequence[Tuple[str, str]] = ()):
         self.videos = list(videos)
         self.skipped = list(skipped)
-        self.rank, self.world_size = int(rank), int(world_size)
+        self.places = list(places)
+        self.rank = int(rank)
         self.batch_size = int(stream_cfg.batch_size)
         self.resolution = int(stream_cfg.resolution)
         self.dtype = str(stream_cfg.dtype)
         self.epochs = int(stream_cfg.epochs)
         self.decoder = str(data_cfg.decoder)
         self.timeout_s = float(data_cfg.decode_timeout_s)
-        self.prefetch = int(getattr(data_cfg, "prefetch", 2))
-        self.max_read_through = int(getattr(data_cfg, "max_read_through", 250))
-        self.max_open = int(getattr(data_cfg, "max_open_videos", 8))
-        self.decord_reset_frames = int(getattr(data_cfg, "decord_reset_frames", 1))
-        self.read_ahead = bool(getattr(data_cfg, "read_ahead", True))
-        try:
-            self.places = shard_places(self.batch_size, self.world_size, self.rank)
-        except ValueError as exc:
-            raise DataError(f"stream.batch_size / world size: {exc}") from None
+        self.prefetch = int(data_cfg.prefetch)
+        self.max_read_through = int(data_cfg.max_read_through)
+        self.max_open = int(data_cfg.max_open_videos)
+        self.decord_reset_frames = int(data_cfg.decord_reset_frames)
+        self.read_ahead = bool(data_cfg.read_ahead)
+        self.decode_workers = int(data_cfg.decode_workers or default_decode_workers())
+        self.shuffle_horizon = int(data_cfg.shuffle_horizon)
         self.geometry = [ClipGeometry.from_config(stream_cfg, v.fps) for v in self.videos]
         counts = [g.num_clips(v.num_frames) for g, v in zip(self.geometry, self.videos)]
         self.order = Order(str(stream_cfg.order), counts, self.batch_size, int(stream_cfg.seed), self.epochs)
@@ -93,12 +98,12 @@ class ClipStream:
             raise DataError(
                 f"stream.order = {stream_cfg.order}: {len(self.videos)} videos with {sum(counts)} clips in all "
                 f"do not fill one global batch of stream.batch_size = {self.batch_size}"
-                + (" (batch_along_video needs at least batch_size videos)" if stream_cfg.order == "batch_along_video"
-                   else ""))
+                + (" (batch_along_video needs at least batch_size videos)" if self.order.along_video else ""))
         self._fingerprint = _fingerprint(stream_cfg, self.videos, counts)
         self._step = 0
-        self.frames_decoded = 0  # frames converted by this stream's windows (each one once in sequential orders)
-        self._windows: "OrderedDict[int, FrameWindow]" = OrderedDict()
+        self.frames_decoded = 0  # frames the decode workers returned (each one once per pass in sequential orders)
+        self.frames_held = 0  # most decoded frames held at once, done or in flight (benchmarks, tests)
+        self._segments: Dict[int, Segments] = {}
         self._stop: Optional[threading.Event] = None
         self._thread: Optional[threading.Thread] = None
         self._activity = "starting"
@@ -140,26 +145,32 @@ class ClipStream:
             raise DataError(f"start_step = {step} is outside the stream's {self.num_steps} steps")
 
     # ------------------------------------------------------------------ decoding
-    def batches(self, start_step: int = 0) -> Iterator[Batch]:
-        """This rank's Batch for every global step from `start_step` to the end; state follows what is yielded."""
+    def batches(self, start_step: int = 0, *, uint8: bool = False, pin_memory: bool = False) -> Iterator[Batch]:
+        """This rank's Batch for every global step from `start_step` to the end; state follows what is yielded.
+
+        `uint8`: frames stay uint8 whatever `stream.dtype` (a device prefetcher converts them on the device);
+        `pin_memory`: batches are assembled straight into page-locked memory (for asynchronous copies to a GPU)."""
         self._check_step(int(start_step))
         self._stop_producer()
         self._step = int(start_step)
-        if self.prefetch <= 0:
-            return self._batches_inline(int(start_step))
-        return self._batches_prefetched(int(start_step))
-
-    def _batches_inline(self, start: int) -> Iterator[Batch]:
-        for t in range(start, self.num_steps):
-            batch = self._make_batch(t)
-            self._step = t + 1
-            yield batch
-
-    def _batches_prefetched(self, start: int) -> Iterator[Batch]:
-        items: "queue.Queue" = queue.Queue(maxsize=self.prefetch)
         stop = threading.Event()
-        thread = threading.Thread(target=self._produce, args=(start, items, stop), daemon=True,
-                                  name=f"raystream-decode-r{self.rank}")
+        made = self._make_batches(int(start_step), stop, uint8 or self.dtype == "uint8", pin_memory)
+        if self.prefetch <= 0:
+            return self._batches_inline(made)
+        return self._batches_prefetched(int(start_step), made, stop)
+
+    def _batches_inline(self, made: Iterator[Batch]) -> Iterator[Batch]:
+        try:
+            for batch in made:
+                self._step = batch.step + 1
+                yield batch
+        finally:
+            made.close()
+
+    def _batches_prefetched(self, start: int, made: Iterator[Batch], stop: threading.Event) -> Iterator[Batch]:
+        items: "queue.Queue" = queue.Queue(maxsize=self.prefetch)
+        thread = threading.Thread(target=self._produce, args=(made, items, stop), daemon=True,
+                                  name=f"raystream-batches-r{self.rank}")
         self._stop, self._thread = stop, thread
         thread.start()
         try:
@@ -179,7 +190,8 @@ class ClipStream:
         finally:
             self._stop_producer(thread, stop)  # only this generator's own thread: a newer one may be running
 
-    def _produce(self, start: int, items: "queue.Queue", stop: threading.Event) -> None:
+    @staticmethod
+    def _produce(made: Iterator[Batch], items: "queue.Queue", stop: threading.Event) -> None:
         def hand_over(item) -> bool:
             while not stop.is_set():
                 try:
@@ -190,15 +202,17 @@ class ClipStream:
             return False
 
         try:
-            for t in range(start, self.num_steps):
-                if not hand_over(self._make_batch(t)):
+            for batch in made:
+                if not hand_over(batch):
                     return
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, which re-raises it
             hand_over(exc)
+        finally:
+            made.close()
 
     def _stop_producer(self, thread: Optional[threading.Thread] = None,
                        stop: Optional[threading.Event] = None) -> None:
-        """Stop `thread` (default: the current decode thread) and wait for it."""
+        """Stop `thread` (default: the current batch thread) and wait for it (a stuck decode is abandoned)."""
         if thread is None:
             thread, stop = self._thread, self._stop
         if thread is None:
@@ -206,81 +220,123 @@ class ClipStream:
         stop.set()
         thread.join(timeout=min(self.timeout_s, 30.0))
         if thread is self._thread:
-            if thread.is_alive():  # stuck in a decode: abandon its readers, never share them with a new thread
-                self._windows = OrderedDict()
             self._thread = self._stop = None
 
-    def _make_batch(self, step: int) -> Batch:
-        refs = self.clip_refs(step)
-        needed: Dict[int, set] = {}
-        for v, _, ref in refs:
-            needed.setdefault(v, set()).update(ref.frames, ref.target)
-        decoded: Dict[int, Dict[int, np.ndarray]] = {}
-        for v, frames in needed.items():
-            self._activity = f"decoding frames {min(frames)}..{max(frames)} of {self.videos[v].path}"
-            window = self._window(v)
-            before = window.decoded
-            decoded[v] = window.fetch(sorted(frames))
-            self.frames_decoded += window.decoded - before
+    def _make_batches(self, start: int, stop: threading.Event, uint8: bool, pin_memory: bool) -> Iterator[Batch]:
+        """Batches from `start` on: jobs submitted as the steps need them (plus `decode_workers` jobs ahead with
+        data.read_ahead), each job's frames dropped after the last step that uses them."""
+        plan = Plan(self._needs, self.num_steps, start, self._segments_of, self.order.sequential,
+                    self.shuffle_horizon)
+        workers = DecodeWorkers(self.decode_workers, self._open_reader, self.resolution, self.max_open,
+                                name=f"raystream-decode-r{self.rank}")
+        futures: Dict[int, Future] = {}  # job id -> its decoded frames, from submission until the job's last step
+        jobs: Dict[int, Job] = {}
+        rows: Dict[int, Dict[int, np.ndarray]] = {}  # job id -> frame -> (3, r, r) pixels, once decoded
+        ahead = self.decode_workers if self.read_ahead else 0
+
+        def submit_next() -> bool:
+            job = plan.next_closed()
+            if job is None:
+                return False
+            jobs[job.id], futures[job.id] = job, workers.submit(job)
+            self.frames_held = max(self.frames_held, sum(len(j.frames) for j in jobs.values()))
+            return True
+
+        try:
+            for t in range(start, self.num_steps):
+                uses = plan.uses(t)
+                while any(j.id not in futures for j in uses.values()) and submit_next():
+                    pass
+                while sum(1 for j in jobs.values() if j.first > t) < ahead and submit_next():
+                    pass
+                for job in sorted({j.id: j for j in uses.values()}.values(), key=lambda j: j.id):
+                    if job.id not in rows:
+                        pixels = self._wait(job, futures[job.id], stop)
+                        rows[job.id] = {f: pixels[i] for i, f in enumerate(job.frames)}
+                        self.frames_decoded += len(job.frames)
+                batch = self._assemble(t, {vf: rows[job.id][vf[1]] for vf, job in uses.items()}, uint8, pin_memory)
+                plan.forget(t)
+                for job in [j for j in jobs.values() if j.last <= t]:
+                    del jobs[job.id], futures[job.id]
+                    rows.pop(job.id, None)
+                yield batch
+        finally:
+            workers.close()
+
+    def _wait(self, job: Job, future: Future, stop: threading.Event) -> np.ndarray:
+        path = self.videos[job.video].path
+        self._activity = f"decoding frames {job.frames[0]}..{job.frames[-1]} of {path}"
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                out = future.result(timeout=max(0.0, min(0.1, deadline - time.monotonic())))
+                break
+            except TimeoutError:
+                if stop.is_set():
+                    raise DataError("stream stopped") from None
+                if time.monotonic() > deadline:
+                    raise DataError(f"{path}: decoding frames {job.frames[0]}..{job.frames[-1]} took longer than "
+                                    f"data.decode_timeout_s = {self.timeout_s}s") from None
         self._activity = "idle"
-        # numpy, not torch, in the decode thread: see window.square_resize
-        frames = np.stack([np.stack([decoded[v][f] for f in ref.frames]) for v, _, ref in refs])
-        target = None
-        if refs[0][2].target:
-            target = np.stack([np.stack([decoded[v][f] for f in ref.target]) for v, _, ref in refs])
-        self._release_after(step)
+        return out
+
+    def _assemble(self, step: int, pixels: Dict[Tuple[int, int], np.ndarray], uint8: bool,
+                  pin_memory: bool) -> Batch:
+        """The batch of `step` from `pixels[(video, frame)]`, uint8 (in pinned memory when asked) or float."""
+        refs = self.clip_refs(step)
+        r = self.resolution
+
+        def stack(frames_of: List[Tuple[int, List[int]]]) -> torch.Tensor:
+            out = torch.empty((len(frames_of), len(frames_of[0][1]), 3, r, r), dtype=torch.uint8,
+                              pin_memory=pin_memory)
+            x = out.numpy()  # numpy, not torch ops, in this thread: it must not compete for torch's intra-op pool
+            for i, (v, frames) in enumerate(frames_of):
+                for j, f in enumerate(frames):
+                    x[i, j] = pixels[(v, f)]
+            if uint8:
+                return out
+            return torch.from_numpy(np.multiply(x, np.float32(1.0 / 255.0), dtype=np.float32))
+
         return Batch(
             step=step,
-            frames=self._convert(frames),
-            target=None if target is None else self._convert(target),
+            frames=stack([(v, ref.frames) for v, _, ref in refs]),
+            target=stack([(v, ref.target) for v, _, ref in refs]) if refs[0][2].target else None,
             index=torch.tensor(list(self.places), dtype=torch.long),
             video_index=torch.tensor([v for v, _, _ in refs], dtype=torch.long),
             clips=[ref for _, _, ref in refs],
         )
 
-    def _convert(self, x: np.ndarray) -> torch.Tensor:
-        if self.dtype != "uint8":
-            x = np.multiply(x, np.float32(1.0 / 255.0), dtype=np.float32)
-        return torch.from_numpy(x)
+    def _needs(self, step: int) -> Dict[int, List[int]]:
+        need: Dict[int, List[int]] = {}
+        for v, _, ref in self.clip_refs(step):
+            need.setdefault(v, []).extend(ref.frames + ref.target)
+        return need
 
-    def _window(self, v: int) -> FrameWindow:
-        if v in self._windows:
-            self._windows.move_to_end(v)
-            return self._windows[v]
-        info = self.videos[v]
-        reader = open_reader(info.path, self.decoder, self.max_read_through, self.decord_reset_frames)
-        dense = self.order.name != "shuffled"  # sequential orders read forward: their next chunk is predictable
-        window = FrameWindow(reader, self.resolution, lattice=self.geometry[v].lattice, dense=dense,
-                             max_read_through=self.max_read_through, read_ahead=dense and self.read_ahead)
-        self._windows[v] = window
-        while len(self._windows) > self.max_open:
-            self._windows.popitem(last=False)[1].close()
-        return window
+    def _segments_of(self, v: int) -> Segments:
+        if v not in self._segments:
+            info = self.videos[v]
+            reader = open_reader(info.path, self.decoder, self.max_read_through)
+            try:
+                keys = reader.keyframes
+            finally:
+                reader.close()
+            # sequential jobs hold every frame of their segment: cap it; shuffled ones only the clips' frames, and
+            # a piece not starting at a keyframe would decode from the keyframe again
+            cap = max(16, _SEGMENT_BYTES // (3 * self.resolution ** 2)) if self.order.sequential else info.num_frames
+            self._segments[v] = Segments(keys, info.num_frames, cap)
+        return self._segments[v]
 
-    def _release_after(self, step: int) -> None:
-        """Drop decoded frames (and, for sequential orders, readers) the next step does not need."""
-        nxt: Dict[int, int] = {}
-        if step + 1 < self.num_steps:
-            for v, _, ref in self.clip_refs(step + 1):
-                nxt[v] = min(nxt.get(v, ref.frames[0]), ref.frames[0])
-        for v in list(self._windows):
-            if v in nxt:
-                self._windows[v].release_below(nxt[v])
-            elif self.order.name != "shuffled":
-                self._windows.pop(v).close()  # sequential orders never come back to a video they left
-            else:
-                self._windows[v].release_below(1 << 62)
+    def _open_reader(self, v: int):
+        return open_scaled_reader(self.videos[v], self.resolution, self.decoder, self.max_read_through,
+                                  self.decord_reset_frames)
 
     def close(self) -> None:
-        """Stop the decoding thread and close every reader."""
+        """Stop the batch thread (its decode workers close their readers)."""
         self._stop_producer()
-        for window in self._windows.values():
-            window.close()
-        self._windows.clear()
 
-    def __getstate__(self) -> dict:  # readers and threads stay in the process that made them
+    def __getstate__(self) -> dict:  # threads stay in the process that made them
         state = dict(self.__dict__)
-        state.update(_windows=OrderedDict(), _stop=None, _thread=None)
+        state.update(_stop=None, _thread=None)
         return state
 
     def __del__(self) -> None:
@@ -290,10 +346,19 @@ class ClipStream:
             pass
 
 
+def open_scaled_reader(info: VideoInfo, resolution: int, decoder: str, max_read_through: int = 250,
+                       decord_reset_frames: int = 1):
+    """A reader of `info.path` whose frames come out of the decoder with their short side at `resolution` (ready
+    for frames.crop_square)."""
+    size = scaled_size(info.width, info.height, resolution)
+    return open_reader(info.path, decoder, max_read_through, decord_reset_frames,
+                       size=None if size == (info.width, info.height) else size)
+
+
 def _fingerprint(stream_cfg, videos: Sequence[VideoInfo], counts: Sequence[int]) -> str:
     keys = ("order", "batch_size", "frames_per_clip", "fps", "clip_shift", "target_frames", "target_offset_s",
             "epochs", "seed")
-    desc = {k: getattr(stream_cfg, k, None) for k in keys}
+    desc = {k: getattr(stream_cfg, k) for k in keys}
     desc["videos"] = [(os.path.basename(v.path), v.num_frames, round(v.fps, 3), c) for v, c in zip(videos, counts)]
     return hashlib.sha1(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -335,22 +400,20 @@ def _one_pass(stream_cfg):
     """A copy of `stream_cfg` (DictConfig, dataclass or namespace) with epochs = 1."""
     import copy
 
-    try:
-        from omegaconf import OmegaConf
+    from omegaconf import OmegaConf
 
-        if OmegaConf.is_config(stream_cfg):
-            return OmegaConf.merge(stream_cfg, {"epochs": 1})
-    except ImportError:  # pragma: no cover
-        pass
+    if OmegaConf.is_config(stream_cfg):
+        return OmegaConf.merge(stream_cfg, {"epochs": 1})
     out = copy.copy(stream_cfg)
     object.__setattr__(out, "epochs", 1)
     return out
 
 
 def _stream_over(spec, key: str, data_cfg, stream_cfg, rank: int, world_size: int) -> ClipStream:
-    if world_size < 1 or int(stream_cfg.batch_size) % world_size != 0:
-        raise DataError(f"stream.batch_size = {stream_cfg.batch_size} is not divisible by the world size "
-                        f"{world_size}: every worker holds an equal shard of each global batch")
+    try:  # before probing: an uneven shard fails at once
+        places = shard_places(int(stream_cfg.batch_size), world_size, rank)
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
     entries = resolve_videos(spec, key)
     good, bad = probe_videos(entries, str(data_cfg.decoder), float(data_cfg.decode_timeout_s), data_cfg.fps)
     usable = []
@@ -375,4 +438,4 @@ def _stream_over(spec, key: str, data_cfg, stream_cfg, rank: int, world_size: in
             warnings.warn(f"skipping bad video {path}: {problem}", stacklevel=3)
     if not usable:
         raise DataError(f"`{key}` has no usable video" + (f"; skipped:\n{listing}" if bad else ""))
-    return ClipStream(usable, stream_cfg, data_cfg, rank, world_size, skipped=bad)
+    return ClipStream(usable, stream_cfg, data_cfg, places, rank, skipped=bad)

@@ -7,11 +7,10 @@ short GOPs so seeks and read-through both happen; the decoded grid reads back ex
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
-
 import numpy as np
 import torch
 
+from raystream.data.config import DataConfig, StreamConfig
 from raystream.data.encode import write_video
 
 # (video id, frames, width, height, gop): one non-square video (center-cropped by the stream)
@@ -50,19 +49,18 @@ def write_block_video(path: Path, video_id: int, frames: int, width: int = 32, h
                        **kw)
 
 
-def data_cfg(videos, **kw) -> SimpleNamespace:
-    base = dict(videos=videos, heldout_videos=None, decoder="decord", fps=None, on_bad_video="error",
-                decode_timeout_s=60.0, prefetch=2, max_read_through=250, max_open_videos=8,
+def data_cfg(videos, **kw) -> DataConfig:
+    base = dict(videos=videos, decode_timeout_s=60.0,
                 decord_reset_frames=6)  # small: decord readers are flushed at keyframes all through the tests
     base.update(kw)
-    return SimpleNamespace(**base)
+    return DataConfig(**base)
 
 
-def stream_cfg(**kw) -> SimpleNamespace:
+def stream_cfg(**kw) -> StreamConfig:
     base = dict(order="batch_along_time", batch_size=4, frames_per_clip=3, fps=15.0, clip_shift=1, target_frames=0,
                 target_offset_s=0.0, resolution=32, dtype="uint8", epochs=1, seed=0)
     base.update(kw)
-    return SimpleNamespace(**base)
+    return StreamConfig(**base)
 
 
 def naive_time(counts, B, epochs):

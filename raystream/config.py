@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from raystream.checks import Check
 from raystream.data import config as data_config
 from raystream.data.config import DataConfig, StreamConfig
+from raystream.data.orders import check_shards
 from raystream.eval import config as eval_config
 from raystream.eval.config import EvalConfig
 from raystream.models import config as models_config
@@ -126,12 +127,10 @@ def check(cfg: DictConfig) -> None:
             value = OmegaConf.select(cfg, dotted)
             if not predicate(value):
                 raise ConfigError(f"config key `{dotted}` = {value!r}: expected {expected}")
-    bs, workers = cfg.stream.batch_size, cfg.trainer.num_workers
-    if bs % workers != 0:
-        raise ConfigError(
-            f"config key `stream.batch_size` = {bs} is not divisible by `trainer.num_workers` = {workers}: "
-            "every worker must hold an equal shard of each global batch"
-        )
+    try:
+        check_shards(cfg.stream.batch_size, cfg.trainer.num_workers)
+    except ValueError as exc:
+        raise ConfigError(f"config key {exc}") from None
     problem = models_config.decoder_error(cfg.scenario, cfg.stream)
     if problem:
         raise ConfigError(problem)

@@ -117,7 +117,7 @@ class Worker:
         import ray.train
         import ray.train.torch
 
-        from raystream.data import build_stream
+        from raystream.data import DeviceStream, build_stream
         from raystream.models import build_scenario
         from raystream.models.scenario import unwrap
         from raystream.optim import GradCosineTracker, build_optimizer, param_groups
@@ -134,7 +134,8 @@ class Worker:
 
         scenario = build_scenario(cfg.scenario, cfg.stream, seed=tcfg.seed)
         scenario.set_total_steps(total)  # schedules inside the scenario (DoRA's teacher momentum)
-        stream = build_stream(cfg.data, cfg.stream, rank=rank, world_size=world)
+        # uint8 until the device, copied ahead of the step (pinned memory and a side stream on CUDA)
+        stream = DeviceStream(build_stream(cfg.data, cfg.stream, rank=rank, world_size=world), device)
         model = ray.train.torch.prepare_model(
             scenario.model, parallel_strategy_kwargs={"find_unused_parameters": tcfg.find_unused_parameters})
         net = unwrap(model)

@@ -40,7 +40,8 @@ def test_trainer_ranges(override, key):
 
 
 def test_batch_not_divisible_by_workers():
-    with pytest.raises(ConfigError, match=r"stream.batch_size` = 4 is not divisible by `trainer.num_workers` = 3"):
+    with pytest.raises(ConfigError, match=r"stream.batch_size = 4 is not divisible by the number of training "
+                                          r"workers \(trainer.num_workers\) = 3"):
         compose(["stream.batch_size=4", "trainer.num_workers=3"])
 
 

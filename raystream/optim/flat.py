@@ -7,7 +7,7 @@ and for each row a view shaped like each tensor (`views[r][i]`); `torch._foreach
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -25,6 +25,16 @@ class Flat:
             for i, t in enumerate(tensors):
                 row[i] = row[i].view(t.shape)
         self.lengths = torch.tensor(sizes, dtype=torch.long, device=device)
+        self._segments: Optional[Tensor] = None
+
+    @property
+    def segments(self) -> Tensor:
+        """For each element of a row, the index of its tensor (int32; built on first use: only per-tensor
+        projections broadcast one value per tensor)."""
+        if self._segments is None:
+            ids = torch.arange(len(self.lengths), dtype=torch.int32, device=self.lengths.device)
+            self._segments = torch.repeat_interleave(ids, self.lengths, output_size=self.data.shape[1])
+        return self._segments
 
 
 def buckets(tensors: Sequence[Tensor], dtype_of: Callable[[Tensor], torch.dtype]) -> Dict[Tuple, List[int]]:

@@ -2,7 +2,8 @@
 update of every tensor one op, whatever their number.
 
 `Flat(tensors, rows, dtype)` holds `data`, of shape (rows, N) with N the tensors' total size (each row contiguous),
-and for each row a view shaped like each tensor (`views[r][i]`); `torch._foreach_copy_(flat.views[r], grads)` fills a row in one op.
+and for each row a view shaped like each tensor (`views[r][i]`): `torch._foreach_copy_(flat.views[r], grads)` fills
+a row in one op.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ class Flat:
         sizes = [t.numel() for t in tensors]
         device = tensors[0].device
         n = sum(sizes)
-        # each row starts 256-byte aligned, so that a reduction rounds alike whichever row its data is in
+        # rows start 256-byte aligned: a dot product of the same data gives the same bits in either row (SIMD
+        # reductions round by alignment), so a restored previous gradient reproduces an uninterrupted run
         self.data = torch.zeros(rows, -(-n // 64) * 64, dtype=dtype, device=device)[:, :n]
         self.views: List[List[Tensor]] = [list(row.split(sizes)) for row in self.data]
         for row in self.views:

@@ -101,7 +101,8 @@ def adamw_fused(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor
                 steps: List[Tensor], *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
                 maximize: bool, scratch: bool = False) -> None:
     """torch's fused multi-tensor AdamW kernel (what torch.optim.AdamW(fused=True) runs): one pass over p, g, m, v
-    per step, no temporaries. It does not write into `grads` (no grad_scale is passed)."""
+    per step, no temporaries. It does not write into `grads` (no grad_scale is passed). `lr` may also be a 0-dim
+    tensor on the parameters' device (SlowerAdamW's lambda_t * lr), read by the kernel without a host sync."""
     if not params:
         return
     buckets = Optimizer._group_tensors_by_device_and_dtype([params, grads, exp_avgs, exp_avg_sqs, steps])

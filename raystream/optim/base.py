@@ -188,7 +188,7 @@ class OrthogonalMixin:
             gc, cc = total([a.sum() for a, _ in parts]), total([b.sum() for _, b in parts])
             ks = [safe_ratio(a, b) for a, b in parts]
         for (_, flat), k in zip(self._flats, ks):
-            flat_orthogonalize_(flat.data, k, flat.lengths)
+            flat_orthogonalize_(flat.data, k, flat.segments if k.dim() else None)
         u: List[Optional[Tensor]] = [None] * len(params)
         for idx, flat in self._flats:
             for j, i in enumerate(idx):

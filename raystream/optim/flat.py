@@ -2,12 +2,13 @@
 update of every tensor one op, whatever their number.
 
 `Flat(tensors, rows, dtype)` holds `data`, of shape (rows, N) with N the tensors' total size (each row contiguous),
-and for each row a view shaped like each tensor (`views[r][i]`); `torch._foreach_copy_(flat.views[r], grads)` fills a row in one op.
+and for each row a view shaped like each tensor (`views[r][i]`): `torch._foreach_copy_(flat.views[r], grads)` fills
+a row in one op.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -18,13 +19,24 @@ class Flat:
         sizes = [t.numel() for t in tensors]
         device = tensors[0].device
         n = sum(sizes)
-        # each row starts 256-byte aligned, so that a reduction rounds alike whichever row its data is in
+        # rows start 256-byte aligned: a dot product of the same data gives the same bits in either row (SIMD
+        # reductions round by alignment), so a restored previous gradient reproduces an uninterrupted run
         self.data = torch.zeros(rows, -(-n // 64) * 64, dtype=dtype, device=device)[:, :n]
         self.views: List[List[Tensor]] = [list(row.split(sizes)) for row in self.data]
         for row in self.views:
             for i, t in enumerate(tensors):
                 row[i] = row[i].view(t.shape)
         self.lengths = torch.tensor(sizes, dtype=torch.long, device=device)
+        self._segments: Optional[Tensor] = None
+
+    @property
+    def segments(self) -> Tensor:
+        """For each element of a row, the index of its tensor (int32; built on first use: only per-tensor
+        projections broadcast one value per tensor)."""
+        if self._segments is None:
+            ids = torch.arange(len(self.lengths), dtype=torch.int32, device=self.lengths.device)
+            self._segments = torch.repeat_interleave(ids, self.lengths, output_size=self.data.shape[1])
+        return self._segments
 
 
 def buckets(tensors: Sequence[Tensor], dtype_of: Callable[[Tensor], torch.dtype]) -> Dict[Tuple, List[int]]:

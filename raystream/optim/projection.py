@@ -136,8 +136,9 @@ def flat_dots(W: Tensor, projection: str, lengths: Tensor) -> Tuple[Tensor, Tens
     return s[0], s[1]
 
 
-def flat_orthogonalize_(W: Tensor, k: Tensor, lengths: Tensor) -> None:
-    """Row 0 of W = [g; c] becomes u = g - k c; k is 0-dim or one value per tensor of `lengths` elements."""
+def flat_orthogonalize_(W: Tensor, k: Tensor, segments: Optional[Tensor] = None) -> None:
+    """Row 0 of W = [g; c] becomes u = g - k c; k is 0-dim, or one value per tensor with `segments` the index of
+    each element's tensor."""
     if k.dim() > 0:
-        k = torch.repeat_interleave(k, lengths, output_size=W.shape[1])
+        k = k.index_select(0, segments)
     W[0].addcmul_(W[1], k, value=-1)

@@ -11,6 +11,12 @@ Evaluation metrics (step = the last step trained before the evaluation):
 Tags: raystream.run_name, raystream.run_dir (the Ray Train run directory: checkpoints), raystream.status.
 Artifacts: config.yaml (resolved config), plots/grad_cosine.png, plots/grad_cosine_hist.png, checkpoint/model.pt,
     checkpoint/meta.json.
+Sweeps (raystream/tune/sweep.py writes them, raystream/tracking/report.py reads them):
+    parent run tags raystream.role=sweep, raystream.sweep, raystream.sweep_run, raystream.grid (JSON of the axes
+    that ran), raystream.sample, raystream.command, raystream.trials_<finished|failed|unfinished>,
+    raystream.active_seconds; artifact sweep/trials.json (every trial's grid values, status, error);
+    child run tags raystream.role=trial, raystream.trial_id, raystream.cell, raystream.grid.<key>,
+    raystream.sample.<key>, raystream.error (why a failed trial failed).
 """
 
 from __future__ import annotations
@@ -23,7 +29,6 @@ GRAD_COS_EMA = "grad_cos_ema"
 UPDATE_NORM_RATIO = "update_norm_ratio"
 GRAD_NORM = "grad_norm"
 CLIPS_PER_S = "clips_per_s"
-STEP_METRICS = (LOSS, LR, WD, GRAD_COS_PREV, GRAD_COS_EMA, UPDATE_NORM_RATIO, GRAD_NORM, CLIPS_PER_S)
 
 IN_STREAM_PREFIX = "in_stream/"
 EVAL_PREFIX = "eval/"
@@ -32,6 +37,34 @@ TAG_RUN_NAME = "raystream.run_name"
 TAG_RUN_DIR = "raystream.run_dir"
 TAG_STATUS = "raystream.status"
 PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's own tag: the run is shown nested under this one
+GIT_COMMIT_TAG = "mlflow.source.git.commit"  # MLflow's own tags
+NOTE_TAG = "mlflow.note.content"
+
+# Sweeps: the parent run and one child run per trial.
+ROLE_TAG = "raystream.role"  # ROLE_SWEEP on the parent, ROLE_TRIAL on each child
+ROLE_SWEEP, ROLE_TRIAL = "sweep", "trial"
+SWEEP_TAG = "raystream.sweep"  # the sweep file's name
+SWEEP_RUN_TAG = "raystream.sweep_run"  # the sweep's run name (<name>-<hash>)
+GRID_TAG = "raystream.grid"  # parent: JSON {axis: [values that ran]}
+SAMPLE_TAG = "raystream.sample"  # parent: JSON {axis: sample spec}
+COMMAND_TAG = "raystream.command"
+ACTIVE_SECONDS_TAG = "raystream.active_seconds"  # parent: seconds the sweep ran, pauses between resumes excluded
+TRIAL_TAG = "raystream.trial_id"
+CELL_TAG = "raystream.cell"
+GRID_TAG_PREFIX = "raystream.grid."  # child: raystream.grid.<key> = its grid value
+SAMPLE_TAG_PREFIX = "raystream.sample."  # child: raystream.sample.<key> = its sampled value
+ERROR_TAG = "raystream.error"  # why a trial failed, on its child run
+TRIALS_ARTIFACT = "sweep/trials.json"  # on the parent run: every trial's grid values, status and error
+
+
+def trials_count_tag(status: str) -> str:
+    """`raystream.trials_finished` (failed, unfinished): how many trials of a sweep ended so."""
+    return f"raystream.trials_{status}"
+
+
+def is_seed_key(key: str) -> bool:
+    """Grid axes whose values are replicates (averaged over in the report), e.g. `trainer.seed`."""
+    return key == "seed" or key.endswith(".seed")
 
 ARTIFACT_CONFIG = "config.yaml"
 ARTIFACT_PLOTS_DIR = "plots"

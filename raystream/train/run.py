@@ -29,6 +29,7 @@ from raystream.tracking.store import client as mlflow_client_for
 from raystream.tracking.store import end_run, retry, start_run, tracking_uri
 from raystream.train import faults
 from raystream.train.preflight import check_resources, total_steps
+from raystream.train.ray_start import start_ray
 
 RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
@@ -134,8 +135,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     cfg.trainer.run_name = name
     check(cfg)
     total = total_steps(cfg)
-    if not ray.is_initialized():
-        ray.init()
+    start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
     check_resources(cfg.trainer, ray.cluster_resources())
 
     storage = storage_path(cfg)

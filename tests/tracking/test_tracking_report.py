@@ -13,8 +13,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from raystream.config import compose, config_dir
-from raystream.tune import report
-from raystream.tune.report import build_table, find_parent, write_report
+from raystream.tracking import report
+from raystream.tracking.report import build_table, find_parent, write_report
 from raystream.tune.space import plan
 from raystream.tune.sweep import TrialOutcome, _finish_parent, _parent_run, trial_tags
 

@@ -120,9 +120,10 @@ def _apply_sweep_axis_overrides(cfg: DictConfig, axis_overrides: Sequence[Any]) 
             if key not in node:
                 raise ConfigError(f"override `~{o.key_or_group}`: sweep `{cfg.sweep.name}` has no {mapping} axis "
                                   f"`{key}` (it has {', '.join(node) or 'none'})")
-            del node[key]
-        else:
-            with open_dict(node):
+        with open_dict(node):
+            if o.type == OverrideType.DEL:
+                del node[key]
+            else:
                 node[key] = o.value()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import shutil
 import statistics
+import time
 
 import pytest
 from mlflow import MlflowClient
@@ -16,7 +17,7 @@ from raystream.config import compose, config_dir
 from raystream.tracking import report
 from raystream.tracking.report import build_table, find_parent, write_report
 from raystream.tune.space import plan
-from raystream.tune.sweep import TrialOutcome, _finish_parent, _parent_run, trial_tags
+from raystream.tune.sweep import TrialOutcome, _end_parent, _finish_parent, _parent_run, trial_tags
 
 SWEEP = """name: rep
 grid:
@@ -50,10 +51,10 @@ def sweep_store(tmp_path_factory):
         mp.setenv("RAYSTREAM_CONFIG_DIR", str(root))
         mlflow_uri = f"sqlite:///{tmp / 'mlflow.db'}"
         mp.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
-        yield _populate(mlflow_uri)
+        yield _populate(mlflow_uri, tmp)
 
 
-def _populate(mlflow_uri):
+def _populate(mlflow_uri, tmp):
     cfg = compose(["sweep=rep"])
     p = plan(cfg, ["sweep=rep"])
     client = MlflowClient(mlflow_uri)
@@ -82,6 +83,7 @@ def _populate(mlflow_uri):
             client.set_terminated(run.info.run_id, "FINISHED")
             outcomes.append(TrialOutcome(tid, cell.values, {}, "finished"))
     _finish_parent(client, parent, outcomes)
+    _end_parent(client, parent, "FINISHED", tmp, {}, time.time())
     return client, parent
 
 

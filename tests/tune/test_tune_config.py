@@ -96,3 +96,25 @@ def test_parse_sample(text, spec):
             parse_sample(text)
     else:
         assert parse_sample(text) == spec
+
+
+def test_a_cell_whose_stream_cannot_fill_a_batch_fails_before_ray_starts(tmp_path):
+    """The README's `raystream sweep sweep=paper_table scenario=videomae`: 4 demo videos cannot fill a
+    batch_along_video batch of 8; that is found before Ray starts, naming the cell (it failed 18 trials before)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    out = subprocess.run([sys.executable, "-m", "raystream.cli", "sweep", "sweep=paper_table", "scenario=videomae",
+                          f"data.demo.cache_dir={tmp_path / 'demo'}", "data.demo.frames_per_video=60"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "stream.order=batch_along_video" in out.stderr and "batch_size = 8" in out.stderr
+    assert not (tmp_path / "raystream_results").exists()  # Tune never started
+
+
+def test_max_steps_beyond_the_stream_is_said_before_ray_starts(tmp_path, capsys):
+    from raystream.tune.sweep import check_cells
+
+    cfg = compose(["sweep=beta", "trainer.max_steps=100000", f"data.demo.cache_dir={tmp_path}",
+                   "data.demo.frames_per_video=60"])
+    check_cells(plan(cfg, ["sweep=beta", "trainer.max_steps=100000"]))
+    err = capsys.readouterr().err
+    assert err.count("trainer.max_steps = 100000 but the stream has") == 1, err  # once for the 12 cells

@@ -36,7 +36,7 @@ class DemoConfig:
     probe_per_class: int = 40  # labelled probe clips per class (half train, half test)
     heldout_videos: int = 2  # videos of the held-out stream (same generator, other seed, held-out digits)
     seed: int = 0
-    cache_dir: str = "~/.cache/raystream/demo"
+    cache_dir: str = "${oc.env:RAYSTREAM_CACHE_DIR,'~/.cache/raystream'}/demo"  # tests set RAYSTREAM_CACHE_DIR
 
 
 @dataclass

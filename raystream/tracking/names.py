@@ -39,6 +39,9 @@ TAG_STATUS = "raystream.status"
 PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's own tag: the run is shown nested under this one
 GIT_COMMIT_TAG = "mlflow.source.git.commit"  # MLflow's own tags
 NOTE_TAG = "mlflow.note.content"
+# Experiment tag the MLflow 3 UI reads to pick an experiment's first page: this kind opens on the runs table
+# (with no kind, an experiment without runs yet is shown as a GenAI overview).
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
 # Sweeps: the parent run and one child run per trial.
 ROLE_TAG = "raystream.role"  # ROLE_SWEEP on the parent, ROLE_TRIAL on each child

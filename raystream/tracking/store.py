@@ -174,12 +174,17 @@ def client(uri: str):
 
 
 def experiment_id(mlflow_client, name: str, uri: str) -> str:
-    """The id of experiment `name`, created (with `artifact_location(uri)`) when missing; safe when raced."""
+    """The id of experiment `name`, created (with `artifact_location(uri)`) when missing; safe when raced. The
+    experiment is tagged to open on its runs table in the MLflow UI (`names.EXPERIMENT_KIND_TAG`)."""
     exp = retry(lambda: mlflow_client.get_experiment_by_name(name), "get experiment")
     if exp is not None:
+        if names.EXPERIMENT_KIND_TAG not in exp.tags:  # created by an older raystream or by hand: open on the runs
+            retry(lambda: mlflow_client.set_experiment_tag(exp.experiment_id, names.EXPERIMENT_KIND_TAG,
+                                                           names.EXPERIMENT_KIND), "tag experiment")
         return exp.experiment_id
     try:
-        return mlflow_client.create_experiment(name, artifact_location=artifact_location(uri))
+        return mlflow_client.create_experiment(name, artifact_location=artifact_location(uri),
+                                               tags={names.EXPERIMENT_KIND_TAG: names.EXPERIMENT_KIND})
     except Exception:  # another process created it first
         exp = retry(lambda: mlflow_client.get_experiment_by_name(name), "get experiment")
         if exp is None:

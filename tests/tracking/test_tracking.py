@@ -142,3 +142,15 @@ def test_the_report_of_a_missing_store_creates_none(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no MLflow store" in err and uri in err
     assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_experiments_open_on_the_runs_table_in_the_mlflow_ui(tmp_path):
+    from raystream.tracking.store import experiment_id
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    c = make_client(uri)
+    old = c.create_experiment("made-before")
+    for name in ("new", "made-before"):
+        exp = c.get_experiment(experiment_id(c, name, uri))
+        assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert experiment_id(c, "made-before", uri) == old

@@ -118,3 +118,21 @@ def test_max_steps_beyond_the_stream_is_said_before_ray_starts(tmp_path, capsys)
     check_cells(plan(cfg, ["sweep=beta", "trainer.max_steps=100000"]))
     err = capsys.readouterr().err
     assert err.count("trainer.max_steps = 100000 but the stream has") == 1, err  # once for the 12 cells
+
+
+def test_the_readmes_sweep_commands_pass_every_check_made_before_ray(tmp_path):
+    """Each `raystream sweep ...` line of the README plans and passes the pre-Ray cell checks as written."""
+    import shlex
+    from pathlib import Path
+
+    from raystream.tune.sweep import check_cells
+
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    lines = [ln.split("#")[0].strip() for ln in readme.read_text().splitlines() if ln.startswith("raystream sweep")]
+    assert len(lines) >= 3
+    for line in lines:
+        overrides = shlex.split(line)[2:] + [f"data.demo.cache_dir={tmp_path}", "data.demo.frames_per_video=60"]
+        overrides = [o for o in overrides if not o.startswith("--")]
+        if not any(o.startswith("sweep=") for o in overrides):
+            overrides.append("sweep=smoke")
+        check_cells(plan(compose(overrides), overrides))

@@ -30,6 +30,10 @@ UPDATE_NORM_RATIO = "update_norm_ratio"
 GRAD_NORM = "grad_norm"
 CLIPS_PER_S = "clips_per_s"
 
+# One name per quantity: `loss` in the Tune table and the `raystream train` summary is the mean over the last
+# report window (what ray.train.report carries); the report's column is the last step's logged `loss`.
+LAST_STEP_LOSS = "last_step_loss"
+
 IN_STREAM_PREFIX = "in_stream/"
 EVAL_PREFIX = "eval/"
 
@@ -72,6 +76,11 @@ def is_seed_key(key: str) -> bool:
 ARTIFACT_CONFIG = "config.yaml"
 ARTIFACT_PLOTS_DIR = "plots"
 ARTIFACT_CHECKPOINT_DIR = "checkpoint"
+
+
+def report_column(metric: str) -> str:
+    """The report's column name of a run metric (`loss` -> `last_step_loss`; eval/* as they are)."""
+    return LAST_STEP_LOSS if metric == LOSS else metric
 
 
 def eval_name(metric: str) -> str:

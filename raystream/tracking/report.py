@@ -3,7 +3,8 @@
 Rows are the sweep's grid axes that vary (e.g. optimizer x order x batch size); replicate axes (keys ending in
 `seed`) are averaged over, so each cell shows mean +- std over seeds. Where a cell had Optuna-sampled axes, each
 seed contributes its best trial by the sweep's metric (the tuned setting, as in the paper's tables) and the
-sampled value is shown. Columns are the final `eval/*` metrics and the final `loss`.
+sampled value is shown. Columns are the final `eval/*` metrics and `last_step_loss`, the `loss` of the last step
+(the Tune table's `loss` is the mean over the last report window: raystream/tracking/names.py).
 
 Writes `report.md`, `report.csv` and plots (each metric against each numeric grid axis such as
 `optimizer.orth_beta` or `stream.batch_size`; histograms of the per-step gradient cosine `grad_cos_prev` per
@@ -67,7 +68,7 @@ class Table:
     failures: List[Tuple[str, str]] = field(default_factory=list)  # (trial id, reason)
 
     def to_markdown(self) -> str:
-        header = [*self.row_axes, "n", *self.sample_axes, *self.metrics]
+        header = [*self.row_axes, "n", *self.sample_axes, *map(names.report_column, self.metrics)]
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
         for row in self.rows:
             cells = list(row.key) + [str(len(row.trials)) + (f" ({row.failed} failed)" if row.failed else "")]
@@ -86,7 +87,7 @@ class Table:
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow([*self.row_axes, "n", "failed", *self.sample_axes,
-                        *[f"{m}_{s}" for m in self.metrics for s in ("mean", "std")]])
+                        *[f"{names.report_column(m)}_{s}" for m in self.metrics for s in ("mean", "std")]])
             for row in self.rows:
                 out: List[Any] = [*row.key, len(row.trials), row.failed]
                 out += [_mean([t.sample[k] for t in row.trials if k in t.sample]) for k in self.sample_axes]
@@ -278,13 +279,13 @@ def plot_vs_axes(table: Table, out: Path) -> List[Path]:
                 ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
                             capsize=3, label=label)
             ax.set_xlabel(axis)
-            ax.set_ylabel(metric)
+            ax.set_ylabel(names.report_column(metric))
             if axis.endswith("batch_size"):
                 ax.set_xscale("log", base=2)
-            ax.set_title(f"{metric} vs {axis}")
+            ax.set_title(f"{names.report_column(metric)} vs {axis}")
             ax.legend(fontsize=7)
             fig.tight_layout()
-            path = out / f"{_slug(metric)}_vs_{_slug(axis)}.png"
+            path = out / f"{_slug(names.report_column(metric))}_vs_{_slug(axis)}.png"
             fig.savefig(path, dpi=100)
             plt.close(fig)
             files.append(path)

@@ -126,7 +126,7 @@ def test_report_table_printed_written_and_logged(sweep):
     out, parent, tmp = sweep["out"], _parent(sweep), sweep["tmp"]
     lines = out.stdout.splitlines()
     header = next(line for line in lines if line.startswith("| optimizer.name | data | n |"))
-    assert "eval/knn_top1" in header and header.rstrip().endswith("| loss |")
+    assert "eval/knn_top1" in header and header.rstrip().endswith("| last_step_loss |")
     assert any(line.startswith("| adamw | moving_digits | 1 |") for line in lines)
     assert any(line.startswith("| orthogonal_adamw | broken | 0 (1 failed) |") for line in lines)
     assert f"mlflow ui --backend-store-uri sqlite:///{tmp / 'mlflow.db'}" in out.stdout

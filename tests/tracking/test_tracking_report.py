@@ -114,7 +114,7 @@ def test_report_files_plots_and_parent_artifacts(sweep_store, tmp_path):
     table, files = write_report(client, client.get_run(parent), str(tmp_path / "out"))
     names = {f.name for f in files}
     assert {"report.md", "report.csv", "grad_cos_hist.png", "eval_knn_top1_vs_optimizer.orth_beta.png",
-            "loss_vs_optimizer.orth_beta.png"} <= names
+            "last_step_loss_vs_optimizer.orth_beta.png"} <= names
     with open(tmp_path / "out" / "report.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 4 and rows[1]["failed"] == "1"
@@ -130,7 +130,7 @@ def test_report_main_by_experiment_prints_the_table(sweep_store, tmp_path, capsy
     assert find_parent(client, experiment="reptest").info.run_id == parent
     assert report.main(experiment="reptest", out=str(tmp_path / "o")) == 0
     out = capsys.readouterr().out
-    assert "| optimizer.name | optimizer.orth_beta | n | optimizer.lr | eval/knn_top1 | loss |" in out
+    assert "| optimizer.name | optimizer.orth_beta | n | optimizer.lr | eval/knn_top1 | last_step_loss |" in out
     assert report.main(experiment="nope", out=str(tmp_path / "o")) == 2
     assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
 

@@ -136,3 +136,15 @@ def test_the_readmes_sweep_commands_pass_every_check_made_before_ray(tmp_path):
         if not any(o.startswith("sweep=") for o in overrides):
             overrides.append("sweep=smoke")
         check_cells(plan(compose(overrides), overrides))
+
+
+def test_optuna_info_lines_are_kept_off_the_terminal():
+    import logging
+
+    import optuna
+
+    from raystream.tune.sweep import quiet_optuna
+
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    quiet_optuna()
+    assert optuna.logging.get_verbosity() == logging.WARNING

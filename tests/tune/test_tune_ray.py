@@ -78,3 +78,20 @@ def test_optuna_asha_sweep_releases_stopped_trials_workers(local_ray, sweeps_dir
         time.sleep(1)
     assert not leaked, leaked
     assert ray.available_resources().get("CPU") == 2.0
+
+
+def test_a_local_ray_started_by_raystream_advertises_loopback_only(tmp_path):
+    """`start_ray` (what `raystream train` and `sweep` call) puts a local cluster's node on 127.0.0.1."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import ray; from raystream.train.ray_start import start_ray; start_ray(); "
+            "print(ray.get_runtime_context().gcs_address); print(ray.nodes()[0]['NodeManagerAddress']); "
+            "ray.shutdown()")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    gcs, node = out.stdout.split()[-2:]
+    assert gcs.startswith("127.0.0.1:") and node == "127.0.0.1", out.stdout

@@ -55,3 +55,21 @@ def test_report_of_a_missing_experiment_leaves_no_store_behind(tmp_path):
     out = _run_in(tmp_path, "report", "--experiment", "missing")
     assert out.returncode == 2 and "no MLflow store" in out.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_make_clean_removes_every_file_raystream_writes_in_the_working_directory(tmp_path):
+    """The README's "Files and services" list: mlflow.db, mlruns/, raystream_results/, reports/."""
+    import shutil
+    from pathlib import Path
+
+    makefile = Path(__file__).resolve().parents[1] / "Makefile"
+    written = ["mlflow.db", ".mlflow.db.1.2.tmp", "mlruns/0/meta.yaml", "raystream_results/run/x.json",
+               "reports/smoke/report.md"]
+    for rel in written:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x")
+    (tmp_path / "mine.txt").write_text("the user's")
+    out = subprocess.run([shutil.which("make"), "-f", str(makefile), "clean"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]

@@ -6,11 +6,23 @@ node Ray advertises are local only; the dashboard keeps Ray's default host, 127.
 caller bind: its gRPC servers (GCS, raylet, core workers) and the metrics agent's Prometheus endpoint listen on
 all interfaces whatever the node address (README, "Files and services"); run on a host whose firewall keeps
 those ports private.
+
+Ray forwards every worker's output to the driver's terminal, raystream's progress lines among them, and with them
+lines of Ray's own machinery that tell a raystream user nothing (the `PlacementGroupCleaner`'s tracebacks when
+several Ray instances share a host, which raystream/tune/release.py makes up for; the `PreemptionWatcher` error;
+the raylet's worker-count warnings). `start_ray` drops those from the forwarded output; they stay in Ray's logs
+under /tmp/ray. This wraps Ray's private log dispatcher (`ray._private.ray_logging`); where a Ray version lacks
+it, nothing is filtered.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any, Dict, Optional
+
+# Forwarded worker output that is Ray's internal noise: whole batches of these actors, and lines with these marks.
+NOISY_ACTORS = ("PlacementGroupCleaner",)
+NOISY_MARKS = ("'PreemptionWatcher'", "worker processes have been started")
 
 LOCAL_NODE_IP = "127.0.0.1"
 
@@ -23,5 +35,34 @@ def start_ray() -> None:
         return
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
+    else:
+        ray.init(_node_ip_address=LOCAL_NODE_IP)
+    _filter_forwarded_output()
+
+
+def without_ray_noise(data: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """A batch of forwarded worker output without Ray's internal noise; None when nothing is left."""
+    if data.get("actor_name") in NOISY_ACTORS:
+        return None
+    lines = [line for line in data.get("lines", []) if not any(mark in line for mark in NOISY_MARKS)]
+    return dict(data, lines=lines) if lines else None
+
+
+def _filter_forwarded_output() -> None:
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+    except ImportError:
         return
-    ray.init(_node_ip_address=LOCAL_NODE_IP)
+    name = "ray_print_logs"  # the handler ray.init installs (log_to_driver) and ray.shutdown removes
+    printers = [handler for n, handler in dispatcher.handlers if n == name]
+    if len(printers) != 1:
+        return
+    printer = printers[0]
+
+    def filtered(data: Dict[str, Any]) -> None:
+        kept = without_ray_noise(data)
+        if kept is not None:
+            printer(kept)
+
+    dispatcher.remove_handler(name)
+    dispatcher.add_handler(name, filtered)

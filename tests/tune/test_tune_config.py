@@ -148,3 +148,19 @@ def test_optuna_info_lines_are_kept_off_the_terminal():
     optuna.logging.set_verbosity(optuna.logging.INFO)
     quiet_optuna()
     assert optuna.logging.get_verbosity() == logging.WARNING
+
+
+def test_rays_internal_noise_is_dropped_and_raystreams_lines_kept():
+    from raystream.train.ray_start import without_ray_noise
+
+    progress = {"actor_name": "RayTrainWorker", "pid": 1, "is_err": False,
+                "lines": ["[smoke-x] step 6/6 | 21.7 clips/s | loss 0.6981"]}
+    assert without_ray_noise(progress) == progress
+    assert without_ray_noise({"actor_name": "PlacementGroupCleaner", "lines": ["Traceback (most recent call last):"]}) \
+        is None
+    mixed = {"actor_name": "TrainController", "pid": 2, "lines": [
+        "core_worker.cc:2465: Actor with class name: 'PreemptionWatcher' and ID: 'a7' has constructor arguments",
+        "a real error"]}
+    assert without_ray_noise(mixed)["lines"] == ["a real error"]
+    assert without_ray_noise({"pid": "raylet", "lines": [
+        "WARNING: 8 PYTHON worker processes have been started on node ..."]}) is None

@@ -67,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from raystream.train.ray_start import loopback_only
+
+    loopback_only()  # before anything imports Ray: a local cluster advertises 127.0.0.1 only
     args = _parser().parse_args(argv)
     try:
         return _dispatch(args)

@@ -1,8 +1,11 @@
 """Starting or joining Ray on the driver, the same way for `raystream train` and `raystream sweep`.
 
 `RAY_ADDRESS` set (or Ray already initialised): join that cluster as it is. Otherwise a local cluster is started
-with its node address on the loopback interface (`_node_ip_address="127.0.0.1"`), so the GCS address and the
-node Ray advertises are local only; the dashboard keeps Ray's default host, 127.0.0.1. What Ray 2.60 does not let a
+whose node address is the loopback interface, so the GCS address and the node Ray advertises are local only; the
+dashboard keeps Ray's default host, 127.0.0.1. Ray turns `ray.init(_node_ip_address="127.0.0.1")` into the host's
+address; what it does honour is its single-machine mode, `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (the default on
+Windows and macOS), read when Ray is imported: `loopback_only()` sets it, and the CLI calls it before anything
+imports Ray. What Ray 2.60 does not let a
 caller bind: its gRPC servers (GCS, raylet, core workers) and the metrics agent's Prometheus endpoint listen on
 all interfaces whatever the node address (README, "Files and services"); run on a host whose firewall keeps
 those ports private.
@@ -24,7 +27,15 @@ from typing import Any, Dict, Optional
 NOISY_ACTORS = ("PlacementGroupCleaner",)
 NOISY_MARKS = ("'PreemptionWatcher'", "worker processes have been started")
 
-LOCAL_NODE_IP = "127.0.0.1"
+
+SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # Ray's flag: "0" = node address 127.0.0.1
+
+
+def loopback_only() -> None:
+    """For a local run (no `RAY_ADDRESS`): make the Ray this process starts use 127.0.0.1 as its node address.
+    Call before `ray` is imported; a value the user set is kept."""
+    if not os.environ.get("RAY_ADDRESS"):
+        os.environ.setdefault(SINGLE_MACHINE_ENV, "0")
 
 
 def start_ray() -> None:
@@ -36,7 +47,7 @@ def start_ray() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
     else:
-        ray.init(_node_ip_address=LOCAL_NODE_IP)
+        ray.init()
     _filter_forwarded_output()
 
 

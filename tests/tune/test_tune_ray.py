@@ -81,15 +81,16 @@ def test_optuna_asha_sweep_releases_stopped_trials_workers(local_ray, sweeps_dir
 
 
 def test_a_local_ray_started_by_raystream_advertises_loopback_only(tmp_path):
-    """`start_ray` (what `raystream train` and `sweep` call) puts a local cluster's node on 127.0.0.1."""
+    """`loopback_only` + `start_ray` (what `raystream train` and `sweep` call) put a local cluster's node and GCS on
+    127.0.0.1 (by default Ray advertises the host's address)."""
     import os
     import subprocess
     import sys
 
-    code = ("import ray; from raystream.train.ray_start import start_ray; start_ray(); "
+    code = ("from raystream.train.ray_start import loopback_only, start_ray; loopback_only(); import ray; start_ray(); "
             "print(ray.get_runtime_context().gcs_address); print(ray.nodes()[0]['NodeManagerAddress']); "
             "ray.shutdown()")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]

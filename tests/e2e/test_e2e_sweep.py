@@ -2,8 +2,8 @@
 the embedded MLflow store (./mlflow.db), the demo videos, the real Ray Train runs.
 
 One sweep serves every test here (trials are minutes on 2 CPUs): smoke with the order axis collapsed to shuffled
-and a second grid axis `data: [moving_digits, broken]`, where `broken` (a data group file written by the test)
-starts the model from a checkpoint that does not fit it, so 2 trials train and 2 fail once their Train run has
+and a second grid axis `scenario: [videomae, broken]`, where `broken` (a scenario group file written by the test:
+VideoMAE started from a checkpoint that does not fit it) makes its trials fail, so 2 trials train and 2 fail once their Train run has
 started (a corrupt video would now stop the whole sweep before Ray starts). It runs one trial at a time, is
 interrupted with Ctrl+C (SIGINT) once the first trial has finished, waits, and is started again with the same
 command, which resumes it.
@@ -26,7 +26,7 @@ from raystream.config import config_dir
 
 pytestmark = pytest.mark.slow
 
-OVERRIDES = ["sweep=smoke", "stream.order=shuffled", "+sweep.grid.data=[moving_digits,broken]",
+OVERRIDES = ["sweep=smoke", "stream.order=shuffled", "+sweep.grid.scenario=[videomae,broken]",
              "sweep.max_concurrent_trials=1", "trainer.max_steps=6", "trainer.checkpoint_every=3",
              "trainer.max_failures=0", "eval.probe_epochs=5", "eval.max_probe_samples=100"]
 PAUSE_S = 30  # between the interrupt and the resume: the parent run's duration must not count it
@@ -52,8 +52,9 @@ def sweep(tmp_path_factory):
 
     bad = tmp / "bad.pt"
     torch.save({"not_a_vit_weight": torch.zeros(3)}, bad)
-    (tmp / "sweeps" / "data" / "broken.yaml").write_text(
-        f"# @package _global_\ndata:\n  name: broken\nscenario:\n  backbone:\n    init: {bad}\n")
+    videomae = (tmp / "sweeps" / "scenario" / "videomae.yaml").read_text()
+    assert "  init: random\n" in videomae
+    (tmp / "sweeps" / "scenario" / "broken.yaml").write_text(videomae.replace("  init: random\n", f"  init: {bad}\n"))
     cmd = [sys.executable, "-m", "raystream.cli", "sweep", *OVERRIDES]
     db = tmp / "mlflow.db"
 
@@ -108,7 +109,7 @@ def test_failing_trials_are_recorded_and_do_not_stop_the_others(sweep):
     out, parent = sweep["out"], _parent(sweep)
     failed_lines = [line for line in out.stdout.splitlines() if line.startswith("  failed trial ")]
     assert len(failed_lines) == 2, out.stdout[-3000:]
-    assert all("'data': 'broken'" in line and "bad.pt" in line for line in failed_lines), failed_lines
+    assert all("'scenario': 'broken'" in line and "bad.pt" in line for line in failed_lines), failed_lines
     assert parent.data.tags["raystream.trials_failed"] == "2"
     assert parent.data.tags["raystream.trials_finished"] == "2"
     assert parent.info.status == "FINISHED"
@@ -120,7 +121,7 @@ def test_mlflow_parent_and_child_runs(sweep):
     assert tags["raystream.role"] == "sweep" and tags["raystream.sweep"] == "smoke"
     assert parent.info.run_name == tags["raystream.sweep_run"] and parent.info.run_name.startswith("smoke-")
     assert len(tags["mlflow.source.git.commit"]) >= 7
-    assert params["sweep.grid.data"] == '["moving_digits", "broken"]'
+    assert params["sweep.grid.scenario"] == '["videomae", "broken"]'
     assert params["sweep.collapsed.stream.order"] == "shuffled"
     assert "sweep/smoke.yaml" in {a.path for a in client.list_artifacts(parent.info.run_id, "sweep")}
     children = [r for r in _children(client, parent.info.run_id) if r.info.status == "FINISHED"]
@@ -136,9 +137,9 @@ def test_mlflow_parent_and_child_runs(sweep):
 def test_report_table_printed_written_and_logged(sweep):
     out, parent, tmp = sweep["out"], _parent(sweep), sweep["tmp"]
     lines = out.stdout.splitlines()
-    header = next(line for line in lines if line.startswith("| optimizer.name | data | n |"))
+    header = next(line for line in lines if line.startswith("| optimizer.name | scenario | n |"))
     assert "eval/knn_top1" in header and header.rstrip().endswith("| last_step_loss |")
-    assert any(line.startswith("| adamw | moving_digits | 1 |") for line in lines)
+    assert any(line.startswith("| adamw | videomae | 1 |") for line in lines)
     assert any(line.startswith("| orthogonal_adamw | broken | 0 (1 failed) |") for line in lines)
     assert f"mlflow ui --backend-store-uri sqlite:///{tmp / 'mlflow.db'}" in out.stdout
     report_dir = tmp / "reports" / parent.info.run_name
@@ -157,10 +158,10 @@ def test_report_table_printed_written_and_logged(sweep):
 def test_failed_trials_are_failed_child_runs_with_grid_values_and_reason(sweep):
     client, parent = sweep["client"], _parent(sweep)
     failed = [r for r in _children(client, parent.info.run_id) if r.info.status == "FAILED"]
-    assert len(failed) == 2, [(r.info.status, r.data.tags.get("raystream.grid.data")) for r in
+    assert len(failed) == 2, [(r.info.status, r.data.tags.get("raystream.grid.scenario")) for r in
                               _children(client, parent.info.run_id)]
     for run in failed:
-        assert run.data.tags["raystream.grid.data"] == "broken"
+        assert run.data.tags["raystream.grid.scenario"] == "broken"
         assert run.data.tags["raystream.grid.optimizer.name"] in ("adamw", "orthogonal_adamw")
         assert "bad.pt" in run.data.tags["raystream.error"]
 

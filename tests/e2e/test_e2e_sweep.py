@@ -82,7 +82,7 @@ def sweep(tmp_path_factory):
 
     # Phase 2: the same command again resumes the sweep.
     t1 = time.time()
-    out = subprocess.run(cmd, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=1500)
+    out = subprocess.run(cmd, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=900)
     return {"tmp": tmp, "rc1": rc1, "first": first, "out": out, "client": MlflowClient(f"sqlite:///{db}"),
             "phase1_s": phase1, "phase2_s": time.time() - t1, "phase2_start_ms": t1 * 1000,
             "after_interrupt": after_interrupt, "parent_after_interrupt": parent_after_interrupt}

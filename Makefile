@@ -32,5 +32,6 @@ test: install-dev
 test-fast: install-dev
 	$(BIN)/python -m pytest tests -m "not slow"
 
+# Everything raystream writes under the working directory (README, "Files"), and the venv.
 clean:
-	rm -rf $(VENV) mlruns* outputs multirun .pytest_cache
+	rm -rf $(VENV) mlflow.db .mlflow.db.*.tmp mlruns* raystream_results reports outputs multirun .pytest_cache .hypothesis

@@ -24,6 +24,16 @@ def options_text(options: Sequence[str]) -> str:
     return opts[0] if len(opts) == 1 else f"{', '.join(opts[:-1])} or {opts[-1]}"
 
 
+def is_path_name(value: Any) -> bool:
+    """`value` can name one directory inside another: not empty, not `.` or `..`, no path separator, no leading
+    dot or surrounding spaces, no control characters (run names become `<storage>/<name>`)."""
+    return (isinstance(value, str) and bool(value) and value.strip() == value and not value.startswith(".")
+            and not any(c in value for c in "/\\") and value.isprintable())
+
+
+PATH_NAME = "a name without '/', '\\', a leading '.' or surrounding spaces (it names a directory)"
+
+
 def one_of(key: str, options: Sequence[str]) -> Check:
     """The value is one of `options`."""
     allowed = tuple(options)

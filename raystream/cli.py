@@ -7,7 +7,9 @@
     raystream data make-demo [overrides]
     raystream data correlation [overrides] [--checkpoint PATH] [--steps N]
 
-Every subcommand composes and checks the config first, so a bad key fails before Ray starts.
+Every subcommand composes and checks the config first, so a bad key fails before Ray starts; `train` and `sweep`
+also check the MLflow tracking store and the evaluation data before Ray starts. Exit 2: bad config, data or
+tracking store (nothing ran).
 """
 
 from __future__ import annotations
@@ -19,6 +21,22 @@ from typing import List, Optional
 from omegaconf import OmegaConf
 
 from raystream.config import ConfigError, compose
+from raystream.tracking.store import TrackingStoreError
+
+
+def _at_least(low: int):
+    """argparse type: an integer >= `low` (argparse exits 2 naming the flag otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,9 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     dsub = d.add_subparsers(dest="data_command", required=True)
     i = dsub.add_parser("inspect", help="print one JSON object per global batch (or per step and rank)")
     i.add_argument("overrides", nargs="*")
-    i.add_argument("--batches", type=int, default=3)
-    i.add_argument("--start-step", type=int, default=0)
-    i.add_argument("--world-size", type=int, default=None)
+    i.add_argument("--batches", type=_at_least(1), default=3)
+    i.add_argument("--start-step", type=_at_least(0), default=0)
+    i.add_argument("--world-size", type=_at_least(1), default=None)
     m = dsub.add_parser("make-demo", help="write the bundled demo videos (cached)")
     m.add_argument("overrides", nargs="*")
     # correlation: consecutive batches' gradient cosine, configured order vs shuffled (raystream/train/correlation.py)
@@ -57,17 +75,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    from raystream.train.ray_start import loopback_only
+
+    loopback_only()  # before anything imports Ray: a local cluster advertises 127.0.0.1 only
     args = _parser().parse_args(argv)
     try:
         return _dispatch(args)
-    except ConfigError as exc:
+    except (ConfigError, TrackingStoreError) as exc:
         print(f"raystream: {exc}", file=sys.stderr)
         return 2
 
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "report":
-        from raystream.tune.report import main as report_main
+        from raystream.tracking.report import main as report_main
 
         return report_main(experiment=args.experiment, parent=args.parent, out=args.out)
 
@@ -75,9 +96,15 @@ def _dispatch(args: argparse.Namespace) -> int:
     if getattr(args, "cfg", None) == "job":
         print(OmegaConf.to_yaml(cfg))
         return 0
+    if args.command in ("train", "sweep"):
+        from raystream.tracking.store import prepare_store, tracking_uri
+
+        prepare_store(tracking_uri(cfg))  # reachable, writable and created before Ray starts
     if args.command == "train":
+        from raystream.train.preflight import check_evaluation_data
         from raystream.train.run import main as train_main
 
+        check_evaluation_data(cfg)
         return train_main(cfg, overrides=args.overrides)
     if args.command == "sweep":
         from raystream.tune.sweep import main as sweep_main

@@ -10,9 +10,9 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from raystream.checks import Check
 from raystream.data import config as data_config
@@ -63,7 +63,10 @@ def _register_schema() -> None:
 def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictConfig:
     """Compose `sweeps/<config_name>.yaml` with Hydra `overrides` and check every value.
 
-    Raises ConfigError naming the key for unknown keys, wrong types, unknown group options and bad ranges.
+    Overrides of a sweep axis (`sweep.grid.<key>=[...]`, `sweep.sample.<key>=...`, `sweep.fixed.<key>=...`, with
+    or without `+`, or `~` to drop one) set the dotted key `<key>` of that mapping (Hydra alone would read it as
+    a nested path). Raises ConfigError naming the key for unknown keys (with or without `+`), wrong types, unknown
+    group options and bad ranges.
     """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -72,16 +75,82 @@ def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictC
     from omegaconf.errors import OmegaConfBaseException
 
     _register_schema()
+    hydra_overrides, axis_overrides = _split_sweep_axis_overrides(overrides)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-            cfg = hydra_compose(config_name=config_name, overrides=list(overrides))
+            cfg = hydra_compose(config_name=config_name, overrides=hydra_overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"invalid config (overrides {list(overrides)}): {exc}") from None
+        raise ConfigError(f"invalid config (overrides {list(overrides)}): {_reason(exc)}") from None
     finally:
         GlobalHydra.instance().clear()
+    _apply_sweep_axis_overrides(cfg, axis_overrides)
+    _check_known_keys(cfg)
     check(cfg)
     return cfg
+
+
+# `sweep.<mapping>.<dotted key>` overrides: the mapping's keys are themselves dotted config keys.
+SWEEP_AXIS_MAPPINGS = ("grid", "sample", "fixed")
+
+
+def _split_sweep_axis_overrides(overrides: Sequence[str]) -> Tuple[List[str], List[Any]]:
+    """(overrides Hydra applies, parsed overrides of sweep axes applied after composition)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    prefixes = tuple(f"sweep.{m}." for m in SWEEP_AXIS_MAPPINGS)
+    hydra_overrides, axis = [], []
+    for text in overrides:
+        if text.split("=", 1)[0].lstrip("+~").startswith(prefixes):
+            try:
+                axis.append(OverridesParser.create().parse_overrides([text])[0])
+            except HydraException as exc:
+                raise ConfigError(f"invalid override {text!r}: {_reason(exc)}") from None
+        else:
+            hydra_overrides.append(text)
+    return hydra_overrides, axis
+
+
+def _apply_sweep_axis_overrides(cfg: DictConfig, axis_overrides: Sequence[Any]) -> None:
+    from hydra.core.override_parser.types import OverrideType
+
+    for o in axis_overrides:
+        _, mapping, key = o.key_or_group.split(".", 2)
+        node = cfg.sweep[mapping]
+        if o.type == OverrideType.DEL:
+            if key not in node:
+                raise ConfigError(f"override `~{o.key_or_group}`: sweep `{cfg.sweep.name}` has no {mapping} axis "
+                                  f"`{key}` (it has {', '.join(node) or 'none'})")
+        with open_dict(node):
+            if o.type == OverrideType.DEL:
+                del node[key]
+            else:
+                node[key] = o.value()
+
+
+def _check_known_keys(cfg: DictConfig) -> None:
+    """Every key is one of the schema's (`+optimizer.lrr=1` adds a key Hydra does not check)."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.to_container(cfg))
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "?"
+        raise ConfigError(f"config key `{key}` is not a config key of raystream (see `raystream train --cfg job` "
+                          f"for the keys): {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """The message of `exc` and of what caused it (Hydra wraps OmegaConf's reason), without OmegaConf's
+    `full_key: ...` trailer lines."""
+    parts: List[str] = []
+    while exc is not None and len(parts) < 4:
+        line = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        if line and line not in parts:
+            parts.append(line)
+        exc = exc.__cause__
+    return ": ".join(parts)
 
 
 # Each section's checks, declared by the package that owns it (raystream/checks.py): (section, checks).

@@ -7,6 +7,14 @@ import pytest
 import torch
 
 
+def pytest_configure(config):
+    """Demo videos go to a cache of the tests (kept between sessions, outside the user's home), never into
+    ~/.cache/raystream; subprocesses and Ray workers inherit it."""
+    import tempfile
+
+    os.environ.setdefault("RAYSTREAM_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"raystream-tests-{os.getuid()}"))
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     before = torch.get_num_threads()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -47,7 +48,7 @@ ORTH_INITS = ("zero", "first_grad")
 
 CHECKS = [
     one_of("name", NAMES),
-    Check("lr", lambda v: v >= 0, "a learning rate >= 0"),
+    Check("lr", lambda v: math.isfinite(v) and v >= 0, "a finite learning rate >= 0"),
     Check("weight_decay", lambda v: v >= 0, "a weight decay >= 0"),
     Check("orth_beta", lambda v: 0 <= v < 1, "an EMA factor in [0, 1)"),
     one_of("projection", PROJECTIONS),

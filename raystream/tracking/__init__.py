@@ -4,13 +4,16 @@
     start_run(client, experiment=, uri=, run_name=, parent_run_id=, tags=, resume_run_id=) -> run id
     StepLogger(uri, run_id).log(metrics, step); .flush()   # each (metric, step) recorded once, across restarts
     grad_cosine_plots(series, out_dir)                     # the paper's Figures 1 and 3
+    prepare_store(uri, create=True)  # before Ray starts: reachable, writable, a new sqlite store fully created
+    report.main(experiment=, parent=, out=)                # `raystream report`: a sweep's table from MLflow
 Metric, tag and artifact names: raystream/tracking/names.py.
 """
 
 from raystream.tracking import names
 from raystream.tracking.logger import StepLogger
 from raystream.tracking.plots import grad_cosine_plots
-from raystream.tracking.store import artifact_location, client, end_run, experiment_id, start_run, tracking_uri
+from raystream.tracking.store import (TrackingStoreError, artifact_location, client, end_run, experiment_id,
+                                      prepare_store, start_run, tracking_uri)
 
 __all__ = ["names", "StepLogger", "grad_cosine_plots", "artifact_location", "client", "end_run", "experiment_id",
-           "start_run", "tracking_uri"]
+           "prepare_store", "start_run", "tracking_uri", "TrackingStoreError"]

@@ -12,6 +12,12 @@ Tags: raystream.run_name, raystream.run_dir (the Ray Train run directory: checkp
     raystream.error (why a run failed), raystream.warning.
 Artifacts: config.yaml (resolved config), plots/grad_cosine.png, plots/grad_cosine_hist.png, checkpoint/model.pt,
     checkpoint/meta.json.
+Sweeps (raystream/tune/sweep.py writes them, raystream/tracking/report.py reads them):
+    parent run tags raystream.role=sweep, raystream.sweep, raystream.sweep_run, raystream.grid (JSON of the axes
+    that ran), raystream.sample, raystream.command, raystream.trials_<finished|failed|unfinished>,
+    raystream.active_seconds; artifact sweep/trials.json (every trial's grid values, status, error);
+    child run tags raystream.role=trial, raystream.trial_id, raystream.cell, raystream.grid.<key>,
+    raystream.sample.<key>, raystream.error (why a failed trial failed).
 """
 
 from __future__ import annotations
@@ -24,10 +30,22 @@ GRAD_COS_EMA = "grad_cos_ema"
 UPDATE_NORM_RATIO = "update_norm_ratio"
 GRAD_NORM = "grad_norm"
 CLIPS_PER_S = "clips_per_s"
-STEP_METRICS = (LOSS, LR, WD, GRAD_COS_PREV, GRAD_COS_EMA, UPDATE_NORM_RATIO, GRAD_NORM, CLIPS_PER_S)
+
+# One name per quantity: `loss` in the Tune table and the `raystream train` summary is the mean over the last
+# report window (what ray.train.report carries); the report's column is the last step's logged `loss`.
+LAST_STEP_LOSS = "last_step_loss"
 
 IN_STREAM_PREFIX = "in_stream/"
 EVAL_PREFIX = "eval/"
+
+# The stream correlation at run start (raystream/train/correlation.py; the paper's Figure 1 as a pre-flight figure):
+# mean cosine of consecutive batches' gradients, the pass's mean gradient removed (and raw), logged at step 0.
+CORRELATION_PREFIX = "correlation/"
+CORRELATION_SEQUENTIAL = CORRELATION_PREFIX + "sequential"
+CORRELATION_SHUFFLED = CORRELATION_PREFIX + "shuffled"
+CORRELATION_SEQUENTIAL_RAW = CORRELATION_PREFIX + "sequential_raw"
+CORRELATION_SHUFFLED_RAW = CORRELATION_PREFIX + "shuffled_raw"
+GRAD_COS_MEAN = "grad_cos_prev_mean"  # report column: mean over the run's steps of grad_cos_prev
 
 TAG_RUN_NAME = "raystream.run_name"
 TAG_RUN_DIR = "raystream.run_dir"
@@ -35,10 +53,46 @@ TAG_STATUS = "raystream.status"
 TAG_ERROR = "raystream.error"  # why a run failed (e.g. "loss is nan at step 17: the run diverged ...")
 TAG_WARNING = "raystream.warning"  # e.g. a resume whose earlier steps are in an MLflow run that is gone
 PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's own tag: the run is shown nested under this one
+GIT_COMMIT_TAG = "mlflow.source.git.commit"  # MLflow's own tags
+NOTE_TAG = "mlflow.note.content"
+# Experiment tag the MLflow 3 UI reads to pick an experiment's first page: this kind opens on the runs table
+# (with no kind, an experiment without runs yet is shown as a GenAI overview).
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+
+# Sweeps: the parent run and one child run per trial.
+ROLE_TAG = "raystream.role"  # ROLE_SWEEP on the parent, ROLE_TRIAL on each child
+ROLE_SWEEP, ROLE_TRIAL = "sweep", "trial"
+SWEEP_TAG = "raystream.sweep"  # the sweep file's name
+SWEEP_RUN_TAG = "raystream.sweep_run"  # the sweep's run name (<name>-<hash>)
+GRID_TAG = "raystream.grid"  # parent: JSON {axis: [values that ran]}
+SAMPLE_TAG = "raystream.sample"  # parent: JSON {axis: sample spec}
+COMMAND_TAG = "raystream.command"
+ACTIVE_SECONDS_TAG = "raystream.active_seconds"  # parent: seconds the sweep ran, pauses between resumes excluded
+TRIAL_TAG = "raystream.trial_id"
+CELL_TAG = "raystream.cell"
+GRID_TAG_PREFIX = "raystream.grid."  # child: raystream.grid.<key> = its grid value
+SAMPLE_TAG_PREFIX = "raystream.sample."  # child: raystream.sample.<key> = its sampled value
+ERROR_TAG = "raystream.error"  # why a trial failed, on its child run
+TRIALS_ARTIFACT = "sweep/trials.json"  # on the parent run: every trial's grid values, status and error
+
+
+def trials_count_tag(status: str) -> str:
+    """`raystream.trials_finished` (failed, unfinished): how many trials of a sweep ended so."""
+    return f"raystream.trials_{status}"
+
+
+def is_seed_key(key: str) -> bool:
+    """Grid axes whose values are replicates (averaged over in the report), e.g. `trainer.seed`."""
+    return key == "seed" or key.endswith(".seed")
 
 ARTIFACT_CONFIG = "config.yaml"
 ARTIFACT_PLOTS_DIR = "plots"
 ARTIFACT_CHECKPOINT_DIR = "checkpoint"
+
+
+def report_column(metric: str) -> str:
+    """The report's column name of a run metric (`loss` -> `last_step_loss`; eval/* as they are)."""
+    return LAST_STEP_LOSS if metric == LOSS else metric
 
 
 def eval_name(metric: str) -> str:

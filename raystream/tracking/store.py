@@ -4,10 +4,16 @@
 itself defaults to, pinned to the current directory: `sqlite:///<cwd>/mlflow.db`, artifacts under `<cwd>/mlruns`.
 Relative sqlite paths are made absolute here, on the driver, because Ray workers run in other directories.
 Every call that writes goes through `retry`, since several Tune trials may share one sqlite file.
+
+`prepare_store(uri)` runs on the driver before Ray starts: a server is asked one short request (bounded retries),
+a new sqlite file is created and migrated under a temporary name and moved into place only when complete, so
+no other process (a Tune trial, `mlflow ui`, a test polling the file) can open it half-migrated; every failure
+is a `TrackingStoreError` naming the URI.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import time
@@ -43,6 +49,109 @@ def artifact_location(uri: str) -> Optional[str]:
     return None
 
 
+class TrackingStoreError(RuntimeError):
+    """The MLflow tracking store cannot be reached, opened or written; the message names the URI."""
+
+
+SERVER_ATTEMPTS, SERVER_TIMEOUT_S = 3, 5.0  # prepare_store's request to a tracking server: at most ~20 s in all
+
+
+def prepare_store(uri: str, *, create: bool = True) -> None:
+    """Check the store at `uri` answers and can be written, creating a missing sqlite store (`create`) or
+    raising TrackingStoreError when it is missing (`create=False`, readers such as `raystream report`)."""
+    if uri.startswith(SQLITE) and not uri[len(SQLITE):].startswith(":memory:"):
+        _prepare_sqlite(uri, Path(uri[len(SQLITE):]), create)
+    elif uri.startswith(("http://", "https://")):
+        _ask_server(uri)
+    elif uri.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        root = Path(unquote(urlparse(uri).path))
+        if not root.exists() and not create:
+            raise TrackingStoreError(f"MLflow tracking URI {uri}: no such directory")
+        _writable_dir(uri, root if root.exists() else root.parent, what="its directory")
+
+
+def _writable_dir(uri: str, directory: Path, what: str) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrackingStoreError(f"MLflow tracking URI {uri}: cannot create {what} {directory}: {exc}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise TrackingStoreError(f"MLflow tracking URI {uri}: {what} {directory} is not writable")
+
+
+def _prepare_sqlite(uri: str, db: Path, create: bool) -> None:
+    if db.exists():
+        # sqlite writes a journal beside the file: the directory must be writable too.
+        if not os.access(db, os.R_OK | os.W_OK):
+            raise TrackingStoreError(f"MLflow tracking URI {uri}: {db} is not writable")
+        _writable_dir(uri, db.parent, what="the directory of")
+        return
+    if not create:
+        raise TrackingStoreError(f"MLflow tracking URI {uri}: no MLflow store at {db}")
+    _writable_dir(uri, db.parent, what="the directory of the sqlite file")
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    tmp = db.parent / f".{db.name}.{os.getpid()}.{random.randrange(1 << 30)}.tmp"
+    quiet = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic.runtime.migration")]
+    levels = [log.level for log in quiet]
+    try:
+        for log in quiet:  # "Creating initial MLflow database tables..." is MLflow's business, not the user's
+            log.setLevel(logging.WARNING)
+        store = SqlAlchemyStore(f"{SQLITE}{tmp}", artifact_location(uri) or str(db.parent / "mlruns"))
+        store.engine.dispose()
+        try:
+            os.link(tmp, db)  # atomic, and never replaces a store another driver moved in first
+        except FileExistsError:
+            pass
+        except OSError:  # no hard links on this filesystem
+            if not db.exists():
+                os.replace(tmp, db)
+    except TrackingStoreError:
+        raise
+    except Exception as exc:
+        raise TrackingStoreError(f"MLflow tracking URI {uri}: cannot create the sqlite store {db}: "
+                                 f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    finally:
+        for log, level in zip(quiet, levels):
+            log.setLevel(level)
+        for leftover in (tmp, Path(f"{tmp}-journal")):
+            leftover.unlink(missing_ok=True)
+
+
+def _ask_server(uri: str) -> None:
+    """One short request to a tracking server (`experiments/search`, one result), retried a bounded number of times."""
+    from mlflow.tracking._tracking_service.utils import _get_store
+    from mlflow.utils.rest_utils import http_request
+
+    creds = _get_store(uri).get_host_creds()
+    last: Optional[BaseException] = None
+    for i in range(SERVER_ATTEMPTS):
+        try:
+            resp = http_request(creds, "/api/2.0/mlflow/experiments/search", "POST", max_retries=0,
+                                timeout=SERVER_TIMEOUT_S, raise_on_status=False, json={"max_results": 1})
+            if resp.status_code < 500:
+                if resp.status_code in (401, 403):
+                    raise TrackingStoreError(f"MLflow tracking URI {uri}: the server refused the request "
+                                             f"(HTTP {resp.status_code}): set MLFLOW_TRACKING_TOKEN or "
+                                             "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD")
+                if resp.status_code >= 400:
+                    raise TrackingStoreError(f"MLflow tracking URI {uri}: HTTP {resp.status_code} from "
+                                             f"experiments/search (is it an MLflow tracking server?)")
+                return
+            last = RuntimeError(f"HTTP {resp.status_code}")
+        except TrackingStoreError:
+            raise
+        except Exception as exc:  # connection refused, DNS, timeout
+            last = exc
+        if i < SERVER_ATTEMPTS - 1:
+            time.sleep(1.0 * (i + 1))
+    reason = str(last).splitlines()[0] if last is not None and str(last) else type(last).__name__
+    raise TrackingStoreError(f"MLflow tracking URI {uri}: no answer after {SERVER_ATTEMPTS} tries "
+                             f"({SERVER_TIMEOUT_S:g} s each): {reason[:300]}")
+
+
 def retry(fn: Callable[[], T], what: str, attempts: int = 8) -> T:
     """`fn()`, retried with jittered backoff on errors such as sqlite's "database is locked"."""
     for i in range(attempts):
@@ -65,12 +174,17 @@ def client(uri: str):
 
 
 def experiment_id(mlflow_client, name: str, uri: str) -> str:
-    """The id of experiment `name`, created (with `artifact_location(uri)`) when missing; safe when raced."""
+    """The id of experiment `name`, created (with `artifact_location(uri)`) when missing; safe when raced. The
+    experiment is tagged to open on its runs table in the MLflow UI (`names.EXPERIMENT_KIND_TAG`)."""
     exp = retry(lambda: mlflow_client.get_experiment_by_name(name), "get experiment")
     if exp is not None:
+        if names.EXPERIMENT_KIND_TAG not in exp.tags:  # created by an older raystream or by hand: open on the runs
+            retry(lambda: mlflow_client.set_experiment_tag(exp.experiment_id, names.EXPERIMENT_KIND_TAG,
+                                                           names.EXPERIMENT_KIND), "tag experiment")
         return exp.experiment_id
     try:
-        return mlflow_client.create_experiment(name, artifact_location=artifact_location(uri))
+        return mlflow_client.create_experiment(name, artifact_location=artifact_location(uri),
+                                               tags={names.EXPERIMENT_KIND_TAG: names.EXPERIMENT_KIND})
     except Exception:  # another process created it first
         exp = retry(lambda: mlflow_client.get_experiment_by_name(name), "get experiment")
         if exp is None:

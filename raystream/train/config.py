@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from raystream.checks import Check, one_of
+from raystream.checks import PATH_NAME, Check, is_path_name, one_of
 
 
 @dataclass
@@ -48,8 +48,7 @@ CHECKS = [
     Check("max_steps", lambda v: v is None or v >= 1, "null (the whole stream) or an integer >= 1"),
     Check("log_every", lambda v: v >= 1, "an integer >= 1 (steps)"),
     Check("report_every", lambda v: v >= 1, "an integer >= 1 (steps)"),
-    Check("run_name", lambda v: v is None or (bool(v) and "/" not in v and v.strip() == v),
-          "null (a generated name) or a name without '/' or surrounding spaces"),
+    Check("run_name", lambda v: v is None or is_path_name(v), f"null (a generated name) or {PATH_NAME}"),
     one_of("ray_log_level", RAY_LOG_LEVELS),
     Check("correlation_steps", lambda v: v >= 0, "an integer >= 0 (pairs of batches; 0 = no measurement)"),
 ]

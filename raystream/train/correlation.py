@@ -29,10 +29,9 @@ from omegaconf import OmegaConf
 
 from raystream.optim.reductions import cosine
 
-SEQUENTIAL = "correlation/sequential"  # MLflow metric names (step 0), logged at run start
-SHUFFLED = "correlation/shuffled"
-SEQUENTIAL_RAW = "correlation/sequential_raw"
-SHUFFLED_RAW = "correlation/shuffled_raw"
+from raystream.tracking.names import (CORRELATION_SEQUENTIAL as SEQUENTIAL, CORRELATION_SEQUENTIAL_RAW as
+                                      SEQUENTIAL_RAW, CORRELATION_SHUFFLED as SHUFFLED, CORRELATION_SHUFFLED_RAW as
+                                      SHUFFLED_RAW)
 
 
 def pair_starts(num_steps: int, pairs: int) -> List[int]:

@@ -2,6 +2,8 @@
 
 - the composed config's own checks (`raystream.config.check`: ranges, batch size divisible by workers), again,
   because Tune hands `fit` configs it changed;
+- a run on its own videos has the evaluation data its scenario needs (`eval.dataset` for probes,
+  `data.heldout_videos` for held-out pixel error): otherwise it would fail only after all the training;
 - the Ray cluster has the CPUs and GPUs the workers ask for (`trainer.num_workers` x `trainer.cpus_per_worker`,
   one GPU per worker with `trainer.use_gpu`). Clusters that autoscale can skip this with RAYSTREAM_NO_RESOURCE_CHECK=1;
 - the videos open and fill at least one global batch (`build_stream` probes them all; demo videos are generated
@@ -11,9 +13,47 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Mapping, Optional
 
 from raystream.config import ConfigError, check
+
+
+def check_evaluation_data(cfg) -> None:
+    """A run on its own videos (`data.videos` set) has no demo probe or held-out set: the scenario's evaluation
+    needs `eval.dataset` (probes) or `data.heldout_videos` (held-out pixel error), known here and not after training."""
+    if cfg.data.videos is None:
+        return
+    needs = scenario_needs(str(cfg.scenario.name))
+    if "probe" in needs and cfg.eval.dataset is None:
+        raise ConfigError(
+            f"config key `eval.dataset` = None with your own videos (`data.videos` = {cfg.data.videos!r}): scenario "
+            f"`{cfg.scenario.name}` is evaluated by probes, which need a labelled set: a folder of class "
+            "sub-folders, or a CSV manifest with path,label")
+    if "heldout" in needs and cfg.data.heldout_videos is None:
+        raise ConfigError(
+            f"config key `data.heldout_videos` = None with your own videos (`data.videos` = {cfg.data.videos!r}): "
+            f"scenario `{cfg.scenario.name}` is evaluated out of stream, on held-out videos (a list, directory or "
+            "manifest)")
+
+
+def scenario_needs(name: str) -> frozenset:
+    """What evaluating scenario `name` needs (`Scenario.needs`: probe, heldout), read from its class."""
+    import importlib
+
+    from raystream.models.scenario import Scenario
+
+    try:
+        importlib.import_module(f"raystream.models.{name}")
+    except ModuleNotFoundError:
+        return frozenset()  # unknown names are reported by the scenario's own check
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    return frozenset().union(*(c.needs for c in subclasses(Scenario) if c.name == name))
 
 
 def check_resources(trainer_cfg, resources: Mapping[str, float]) -> None:
@@ -45,5 +85,14 @@ def total_steps(cfg) -> int:
     finally:
         stream.close()
     wanted: Optional[int] = cfg.trainer.max_steps
+    if wanted is not None and int(wanted) > available:
+        print(f"raystream: trainer.max_steps = {wanted} but the stream has {available} global steps "
+              f"({stream_summary(cfg)}): the run trains {available} steps", file=sys.stderr, flush=True)
     return available if wanted is None else min(int(wanted), available)
+
+
+def stream_summary(cfg) -> str:
+    """`stream.order = ..., stream.batch_size = ..., stream.epochs = ...`: what sets a stream's number of steps."""
+    return (f"stream.order = {cfg.stream.order}, stream.batch_size = {cfg.stream.batch_size}, "
+            f"stream.epochs = {cfg.stream.epochs}")
 

@@ -40,6 +40,7 @@ from raystream.train import checkpoint as ckpt_files
 from raystream.train import faults
 from raystream.train.divergence import DivergedError, raise_if_diverged
 from raystream.train.preflight import check_resources, total_steps
+from raystream.train.ray_start import start_ray
 
 RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
@@ -148,8 +149,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     cfg.trainer.run_name = name
     check(cfg)
     total = total_steps(cfg)
-    if not ray.is_initialized():
-        ray.init()
+    start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
     check_resources(cfg.trainer, ray.cluster_resources())
 
     storage = storage_path(cfg)

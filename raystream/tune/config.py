@@ -24,6 +24,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Type
 
+from raystream.checks import PATH_NAME, is_path_name
+from raystream.tracking.names import is_seed_key
+
 # Config groups a grid axis may select by name (sweeps/<group>/<value>.yaml); `sweep` itself is not one.
 GROUPS = ("data", "stream", "scenario", "optimizer", "trainer")
 
@@ -96,11 +99,6 @@ def sample_bounds(spec: SampleSpec) -> List[Any]:
     return [low, high - 1] if spec.kind == "randint" else [low, high]
 
 
-def is_seed_key(key: str) -> bool:
-    """Grid axes whose values are replicates (averaged over in the report), e.g. `trainer.seed`."""
-    return key == "seed" or key.endswith(".seed")
-
-
 def check_sweep(sweep: Mapping[str, Any], error: Type[Exception] = ValueError) -> bool:
     """Check the structure of a `sweep` node; raise `error` naming the offending `sweep.*` key. True when fine."""
 
@@ -144,6 +142,8 @@ def check_sweep(sweep: Mapping[str, Any], error: Type[Exception] = ValueError) -
         fail("grace_period", sweep.get("grace_period"), "an integer >= 1")
     if sweep.get("reduction_factor", 2) < 2:
         fail("reduction_factor", sweep.get("reduction_factor"), "an integer >= 2")
+    if sweep.get("run_name") is not None and not is_path_name(sweep.get("run_name")):
+        fail("run_name", sweep.get("run_name"), f"null (<name>-<hash of the planned trials>) or {PATH_NAME}")
     mct = sweep.get("max_concurrent_trials")
     if mct is not None and mct < 1:
         fail("max_concurrent_trials", mct, "null (from the cluster's resources) or an integer >= 1")

@@ -2,7 +2,7 @@
 and one child run per trial.
 
     plan (before Ray)  ->  MLflow parent run  ->  Tuner(grid x Optuna)  ->  each trial: fit(cfg) on Ray Train
-                                                                       ->  report table (raystream.tune.report)
+                                                                       ->  report table (raystream.tracking.report)
 
 Ray Train V2 with Tune, as Ray 2.60 recommends: a function trainable is the driver of one `TorchTrainer` run
 (`raystream.train.run.fit`), which reports to Tune through `TuneReportCallback`. The driver needs no CPU of its
@@ -10,19 +10,25 @@ own (it waits on the Train controller), so each trial requests no CPU (only a li
 `max_concurrent_trials` is derived from the cluster's CPUs/GPUs and the workers one trial needs: trials never
 start Train runs that cannot get workers. A trial stopped by ASHA has its driver actor killed; its Train workers
 die with it and `raystream.tune.release` removes their placement group, so the next trial gets those CPUs.
-A trial that fails (bad video, NaN loss) is recorded as failed with its reason (Tune result, the child run's
-`raystream.error` tag, the parent's `sweep/trials.json`) and the sweep goes on (`FailureConfig(max_failures=0)`:
-retrying is Ray Train's job, `trainer.max_failures`).
+A trial whose training raised (bad video, diverged loss, any error) is recorded as failed with its reason: a
+FAILED child run with its grid and sampled values and the `raystream.error` tag (created when the trial failed
+before its Train run made one), the Tune result, and the parent's `sweep/trials.json`; the sweep goes on
+(`FailureConfig(max_failures=0)`: retrying is Ray Train's job, `trainer.max_failures`).
+
+Before Ray starts: the plan (every cell's config checked), the tracking store (`prepare_store`), and each cell's
+stream (its videos fill a global batch; own videos have the evaluation data the scenario needs).
 
 Resume: the run name defaults to `<sweep>-<hash of the planned trials>`; starting the same sweep again finds the
 Tune experiment under `<storage>/sweeps/<run name>` and `Tuner.restore`s it: finished trials are kept, unfinished
 ones continue (each Train run resumes from its own checkpoint: its name is `<run name>-<trial id>`), failed ones
 stay failed. The MLflow parent run id is kept beside the experiment, so the same parent run continues.
+Ctrl+C ends the parent run and the child runs of the interrupted trials as KILLED. The parent's duration in MLflow
+is the time the sweep ran: its end time is its start time plus the seconds of every session (tag
+`raystream.active_seconds`), so the pause between an interrupt and the resume is not counted.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -30,23 +36,22 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
 from raystream.config import ConfigError, config_dir
 from raystream.tracking import names
+from raystream.tracking.names import (CELL_TAG, ERROR_TAG, GRID_TAG_PREFIX, ROLE_TAG, SAMPLE_TAG_PREFIX, SWEEP_RUN_TAG,
+                                      SWEEP_TAG, TRIAL_TAG, TRIALS_ARTIFACT)
 from raystream.tracking.store import client as mlflow_client
-from raystream.tracking.store import experiment_id, retry, tracking_uri
-from raystream.tune.report import ERROR_TAG, GRID_TAG_PREFIX, ROLE_TAG, SAMPLE_TAG_PREFIX, TRIALS_ARTIFACT
+from raystream.tracking.store import experiment_id, prepare_store, retry, tracking_uri
+from raystream.train.run import fit as train_fit
 from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import SweepPlan, apply_values, optuna_space, plan, structured
 
-FIT = "raystream.train.run:fit"
 META_FILE = "raystream_sweep.json"
 DRIVER_MEMORY = 200 * 1024 ** 2  # bytes reserved by each trial's driver (the function trainable)
-SWEEP_TAG, SWEEP_RUN_TAG = "raystream.sweep", "raystream.sweep_run"
-TRIAL_TAG, CELL_TAG = "raystream.trial_id", "raystream.cell"
 ERROR_CHARS = 500
 
 
@@ -84,7 +89,7 @@ class SweepOutcome:
 def main(cfg: DictConfig, overrides: Sequence[str] = ()) -> int:
     """`raystream sweep [overrides]`: run the sweep, print the report table and the command that opens MLflow."""
     outcome = run_sweep(cfg, overrides)
-    from raystream.tune import report
+    from raystream.tracking import report
 
     print()
     if outcome.interrupted:
@@ -103,13 +108,17 @@ def main(cfg: DictConfig, overrides: Sequence[str] = ()) -> int:
     return 0 if len(outcome.failed) < len(outcome.trials) else 1
 
 
-def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Union[str, Callable] = FIT,
+def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[Callable] = None,
               verbose: int = 1) -> SweepOutcome:
     """Plan, check, and run the sweep `cfg.sweep` to the end (or resume it). `fit` is the function each trial
-    calls (`raystream.train.run.fit` or an importable `module:function` / callable with the same signature)."""
+    calls: `raystream.train.run.fit`, or a callable with its signature (tests use a small stand-in)."""
     started = time.time()
     the_plan = plan(cfg, overrides)  # raises ConfigError before Ray starts
     uri = tracking_uri(cfg)  # absolute: trials run in other processes and directories
+    prepare_store(uri)  # reachable and writable, and a new sqlite store fully created, before Ray starts
+    if fit is None:
+        fit = train_fit
+        check_cells(the_plan)
     storage = Path(cfg.trainer.storage_path or "raystream_results").expanduser().resolve()
     for cell in the_plan.cells:
         cell.config["mlflow"]["tracking_uri"] = uri
@@ -121,21 +130,24 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Union[str,
         raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path} holds a sweep with other trials "
                           "(its config changed); pick another sweep.run_name or leave it unset")
 
-    import ray
     from ray import tune
 
+    from raystream.train.ray_start import start_ray
     from raystream.tune.release import ReleaseStoppedTrials
 
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")  # trials keep the driver's working directory
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # eval/* arrive only in the final report
-    if not ray.is_initialized():
-        ray.init()  # RAY_ADDRESS when set, else a local cluster
+    quiet_optuna()
+    start_ray()  # RAY_ADDRESS when set, else a local cluster
 
     experiment = cfg.mlflow.experiment
     parent = _parent_run(uri, experiment, run_name, cfg, the_plan, meta)
+    session_start = time.time()
     path.mkdir(parents=True, exist_ok=True)
-    _write_meta(path, {"parent_run_id": parent, "fingerprint": the_plan.fingerprint(), "tracking_uri": uri,
-                       "experiment": experiment, "sweep": the_plan.name})
+    meta = {"parent_run_id": parent, "fingerprint": the_plan.fingerprint(), "tracking_uri": uri,
+            "experiment": experiment, "sweep": the_plan.name, "active_s": float((meta or {}).get("active_s", 0.0))
+            if meta and meta.get("parent_run_id") == parent else 0.0}
+    _write_meta(path, meta)
 
     trainable = tune.with_parameters(
         trial_main,
@@ -159,11 +171,13 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Union[str,
     try:
         grid = tuner.fit()
     except BaseException:
-        retry(lambda: client.set_terminated(parent, "KILLED"), "end parent run")
+        _end_parent(client, parent, "KILLED", path, meta, session_start)
         raise
-    statuses = _trial_statuses(path)
-    trials = [_outcome(r, the_plan, statuses) for r in grid]
+    saved = _saved_trials(path)
+    trials = [_outcome(r, the_plan, saved) for r in grid]
     _finish_parent(client, parent, trials)
+    _end_parent(client, parent, "KILLED" if any(t.status == "unfinished" for t in trials) else
+                "FINISHED" if any(t.status == "finished" for t in trials) else "FAILED", path, meta, session_start)
     return SweepOutcome(run_name=run_name, path=path, parent_run_id=parent, tracking_uri=uri, experiment=experiment,
                         resumed=resumed, trials=trials, seconds=time.time() - started)
 
@@ -181,13 +195,13 @@ def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[s
     apply_values(cfg, sampled, where="sweep.sample")
     trial_id = tune.get_context().get_trial_id()
     tags = trial_tags(info, cell, trial_id, sampled)
-    fit = _resolve(info["fit"])
     callbacks = [TuneReportCallback(), RecordPlacementGroup(trial_id)]
+    run_name = f"{info['run_name']}-{trial_id}"
     try:
-        final = fit(cfg, run_name=f"{info['run_name']}-{trial_id}", callbacks=callbacks,
-                    mlflow_parent_run_id=info["parent_run_id"], mlflow_tags=tags)
+        final = info["fit"](cfg, run_name=run_name, callbacks=callbacks, mlflow_parent_run_id=info["parent_run_id"],
+                            mlflow_tags=tags)
     except Exception as exc:
-        _tag_failed_child(cfg, info["parent_run_id"], trial_id, exc)
+        record_failed_trial(tracking_uri(cfg), info["parent_run_id"], run_name, tags, exc)
         raise
     return {k: v for k, v in (final or {}).items() if isinstance(v, (int, float, str, bool))}
 
@@ -195,35 +209,72 @@ def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[s
 def trial_tags(info: Dict[str, Any], cell: int, trial_id: str, sampled: Dict[str, Any]) -> Dict[str, str]:
     """MLflow tags of a trial's child run: sweep, trial, and its grid and sampled values (what the report reads)."""
     tags = {SWEEP_TAG: info["name"], SWEEP_RUN_TAG: info["run_name"], TRIAL_TAG: trial_id, CELL_TAG: str(cell),
-            ROLE_TAG: "trial"}
+            ROLE_TAG: names.ROLE_TRIAL}
     # Group axes like `optimizer` are no param of the child run: the tags carry every grid value.
     tags.update({f"{GRID_TAG_PREFIX}{k}": str(v) for k, v in info["cell_values"][cell].items()})
     tags.update({f"{SAMPLE_TAG_PREFIX}{k}": repr(v) for k, v in sampled.items()})
     return tags
 
 
-def _tag_failed_child(cfg, parent_run_id: str, trial_id: str, exc: BaseException) -> None:
-    """Write why the trial failed on its MLflow child run (when fit got as far as creating it)."""
-    reason = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    text = next((line for line in reversed(reason) if line.strip()), type(exc).__name__)[:ERROR_CHARS]
+def error_text(exc: BaseException) -> str:
+    """The last non-empty line of `Type: message` (Ray wraps the worker's error; its last line is the cause)."""
+    lines = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return next((line.strip() for line in reversed(lines) if line.strip()), type(exc).__name__)[:ERROR_CHARS]
+
+
+def record_failed_trial(uri: str, parent_run_id: str, run_name: str, tags: Dict[str, str],
+                        exc: BaseException) -> None:
+    """Make the trial a FAILED child run carrying its grid and sampled values and why it failed: its own child run
+    when fit got as far as creating one, else a new one (a trial can fail before its Train run starts)."""
+    text = error_text(exc)
     try:
-        client = mlflow_client(tracking_uri(cfg))
+        client = mlflow_client(uri)
         parent = retry(lambda: client.get_run(parent_run_id), "get parent run")
         runs = retry(lambda: client.search_runs(
             [parent.info.experiment_id],
-            filter_string=f"tags.`{TRIAL_TAG}` = '{trial_id}' and tags.`{names.PARENT_RUN_TAG}` = '{parent_run_id}'"),
-            "find trial run")
+            filter_string=f"tags.`{TRIAL_TAG}` = '{tags[TRIAL_TAG]}' and tags.`{names.PARENT_RUN_TAG}` = "
+                          f"'{parent_run_id}'"), "find trial run")
+        if not runs:
+            run = retry(lambda: client.create_run(parent.info.experiment_id, run_name=run_name,
+                                                  tags={**tags, names.PARENT_RUN_TAG: parent_run_id}),
+                        "create failed trial run")
+            runs = [run]
         for run in runs:
             retry(lambda run=run: client.set_tag(run.info.run_id, ERROR_TAG, text), "tag failed run")
+            retry(lambda run=run: client.set_terminated(run.info.run_id, "FAILED"), "end failed run")
     except Exception as tag_exc:  # the trial's own error matters more than this bookkeeping
-        print(f"raystream: could not record the failure of trial {trial_id} in MLflow: {tag_exc}", file=sys.stderr)
+        print(f"raystream: could not record the failure of trial {tags.get(TRIAL_TAG)} in MLflow: {tag_exc}",
+              file=sys.stderr)
 
 
-def _resolve(fit: Union[str, Callable]) -> Callable:
-    if callable(fit):
-        return fit
-    module, _, name = fit.partition(":")
-    return getattr(importlib.import_module(module), name)
+def check_cells(the_plan: SweepPlan) -> None:
+    """Before Ray starts, what each trial's `fit` would find only after Ray started: the evaluation data of own
+    videos, and that the videos fill a global batch (each distinct data x stream x workers opened once; the demo
+    videos are generated here). Raises ConfigError naming the cell."""
+    from raystream.data import DataError
+    from raystream.train.preflight import check_evaluation_data, total_steps
+
+    seen = set()
+    for cell in the_plan.cells:
+        c = cell.config
+        key = json.dumps([c["data"], c["stream"], c["trainer"]["num_workers"], c["trainer"]["max_steps"],
+                          c["scenario"]["name"], c["eval"]["dataset"]], sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        cfg = structured(c)
+        try:
+            check_evaluation_data(cfg)
+            total_steps(cfg)
+        except (ConfigError, DataError) as exc:
+            raise ConfigError(f"sweep `{the_plan.name}`: cell {cell.label}: {exc}") from None
+
+
+def quiet_optuna() -> None:
+    """Optuna logs every trial it creates at INFO; the sweep prints its own progress."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def _tune_config(cfg: DictConfig, the_plan: SweepPlan):
@@ -310,12 +361,12 @@ def _parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_p
         for k, v in cell.values.items():
             if v not in grid[k]:
                 grid[k].append(v)
-    tags = {ROLE_TAG: "sweep", SWEEP_TAG: the_plan.name, SWEEP_RUN_TAG: run_name,
-            "mlflow.source.git.commit": git_commit(), "raystream.grid": json.dumps(grid),
-            "raystream.sample": json.dumps({k: sweep.sample[k] for k in the_plan.sample}),
-            "raystream.command": " ".join(["raystream", "sweep", *sys.argv[2:]]) if sys.argv[1:2] == ["sweep"]
+    tags = {ROLE_TAG: names.ROLE_SWEEP, SWEEP_TAG: the_plan.name, SWEEP_RUN_TAG: run_name,
+            names.GIT_COMMIT_TAG: git_commit(), names.GRID_TAG: json.dumps(grid),
+            names.SAMPLE_TAG: json.dumps({k: sweep.sample[k] for k in the_plan.sample}),
+            names.COMMAND_TAG: " ".join(["raystream", "sweep", *sys.argv[2:]]) if sys.argv[1:2] == ["sweep"]
             else "raystream.tune.sweep.run_sweep",
-            "mlflow.note.content": sweep.description or f"raystream sweep `{the_plan.name}`"}
+            names.NOTE_TAG: sweep.description or f"raystream sweep `{the_plan.name}`"}
     run = retry(lambda: client.create_run(exp_id, run_name=run_name, tags=tags), "create parent run")
     rid = run.info.run_id
     params = {"sweep.name": the_plan.name, "sweep.num_samples": the_plan.num_samples, "sweep.metric": sweep.metric,
@@ -335,38 +386,62 @@ def _parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_p
     return rid
 
 
-def _trial_statuses(path: Path) -> Dict[str, str]:
-    """Each trial's status as Tune saved it for a restore: TERMINATED, ERROR, or PENDING for a trial an interrupt
-    stopped (in memory Tune marks those TERMINATED; the saved state says they still have to run)."""
+def _saved_trials(path: Path) -> Dict[str, Any]:
+    """Each trial as Tune saved it for a restore (`.status`: TERMINATED, ERROR, or PENDING for a trial an interrupt
+    stopped: in memory Tune marks those TERMINATED; `.config`: its values, also for a trial that failed in an
+    earlier session, whose restored result carries no config)."""
     from ray.tune import ExperimentAnalysis
 
     try:
-        return {t.trial_id: t.status for t in ExperimentAnalysis(str(path)).trials}
+        return {t.trial_id: t for t in ExperimentAnalysis(str(path)).trials}
     except Exception as exc:  # no saved state: treat results without an error as finished
         print(f"raystream: could not read the trial states of {path}: {exc}", file=sys.stderr)
         return {}
 
 
-def _outcome(result, the_plan: SweepPlan, statuses: Dict[str, str]) -> TrialOutcome:
-    config = dict(result.config or {})
-    cell = the_plan.cells[int(config.get(CELL_KEY, 0))].values if config else {}
+def _outcome(result, the_plan: SweepPlan, saved: Dict[str, Any]) -> TrialOutcome:
     metrics = dict(result.metrics or {})
     trial_id = str(metrics.get("trial_id") or Path(str(result.path)).name.replace("trial_", ""))
-    if result.error is None and statuses.get(trial_id, "TERMINATED") not in ("TERMINATED", "ERROR"):
+    trial = saved.get(trial_id)
+    config = dict(result.config or (trial.config if trial is not None else None) or {})
+    cell = the_plan.cells[int(config[CELL_KEY])].values if CELL_KEY in config else {}
+    status = trial.status if trial is not None else "TERMINATED"
+    if result.error is None and status not in ("TERMINATED", "ERROR"):
         return TrialOutcome(trial_id, cell, config, "unfinished", metrics=metrics)
     if result.error is not None:
-        text = str(result.error).strip().splitlines()
-        reason = next((line.strip() for line in reversed(text) if line.strip()), type(result.error).__name__)
-        return TrialOutcome(trial_id, cell, config, "failed", error=reason[:ERROR_CHARS], metrics=metrics)
+        return TrialOutcome(trial_id, cell, config, "failed", error=error_text(result.error), metrics=metrics)
     return TrialOutcome(trial_id, cell, config, "finished", metrics=metrics)
 
 
 def _finish_parent(client, parent: str, trials: List[TrialOutcome]) -> None:
-    """Record every trial's status and error on the parent run, and close it (KILLED when interrupted)."""
+    """Record every trial's status and error on the parent run."""
     counts = {s: sum(t.status == s for t in trials) for s in ("finished", "failed", "unfinished")}
     for status, n in counts.items():
-        retry(lambda s=status, n=n: client.set_tag(parent, f"raystream.trials_{s}", str(n)), "tag parent run")
-    retry(lambda: client.log_dict(parent, [{"trial_id": t.trial_id, "cell": t.cell, "config": t.config, "status": t.status,
-                              "error": t.error} for t in trials], TRIALS_ARTIFACT), "log trials")
-    status = "KILLED" if counts["unfinished"] else "FINISHED" if counts["finished"] else "FAILED"
-    retry(lambda: client.set_terminated(parent, status), "end parent run")
+        retry(lambda s=status, n=n: client.set_tag(parent, names.trials_count_tag(s), str(n)), "tag parent run")
+    retry(lambda: client.log_dict(parent, [{"trial_id": t.trial_id, "cell": t.cell, "config": t.config,
+                                            "status": t.status, "error": t.error} for t in trials], TRIALS_ARTIFACT),
+          "log trials")
+
+
+def _end_parent(client, parent: str, status: str, path: Path, meta: Dict[str, Any], session_start: float) -> None:
+    """Close the parent run with `status`. Its end time is its start time plus the seconds every session of the sweep
+    ran (kept in the sweep's meta file), so MLflow's duration leaves out the pauses between interrupt and resume.
+    An interrupted sweep also ends the child runs its trials left RUNNING, as KILLED (a resume reopens them)."""
+    active = float(meta.get("active_s", 0.0)) + (time.time() - session_start)
+    meta["active_s"] = active
+    _write_meta(path, meta)
+    if status == "KILLED":
+        kill_running_children(client, parent)
+    start_ms = retry(lambda: client.get_run(parent), "get parent run").info.start_time
+    retry(lambda: client.set_tag(parent, names.ACTIVE_SECONDS_TAG, f"{active:.1f}"), "tag parent run")
+    retry(lambda: client.set_terminated(parent, status, end_time=int(start_ms + active * 1000)), "end parent run")
+
+
+def kill_running_children(client, parent: str) -> None:
+    """Child runs of `parent` still RUNNING (their trial was stopped by an interrupt) end as KILLED."""
+    exp_id = retry(lambda: client.get_run(parent), "get parent run").info.experiment_id
+    running = retry(lambda: client.search_runs([exp_id], filter_string=f"tags.`{names.PARENT_RUN_TAG}` = '{parent}' "
+                                                                        "and attributes.status = 'RUNNING'"),
+                    "find running trials")
+    for run in running:
+        retry(lambda run=run: client.set_terminated(run.info.run_id, "KILLED"), "end interrupted trial run")

@@ -2,9 +2,11 @@
 the embedded MLflow store (./mlflow.db), the demo videos, the real Ray Train runs.
 
 One sweep serves every test here (trials are minutes on 2 CPUs): smoke with the order axis collapsed to shuffled
-and a second grid axis `data: [moving_digits, broken]`, where `broken` (a data group file written by the test)
-points at a corrupt mp4, so 2 trials train and 2 fail. It runs one trial at a time, is interrupted with Ctrl+C
-(SIGINT) once the first trial has finished, and is started again with the same command, which resumes it.
+and a second grid axis `scenario: [videomae, broken]`, where `broken` (a scenario group file written by the test:
+VideoMAE started from a checkpoint that does not fit it) makes its trials fail, so 2 trials train and 2 fail once their Train run has
+started (a corrupt video would now stop the whole sweep before Ray starts). It runs one trial at a time, is
+interrupted with Ctrl+C (SIGINT) once the first trial has finished, waits, and is started again with the same
+command, which resumes it.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from raystream.config import config_dir
 
 pytestmark = pytest.mark.slow
 
-OVERRIDES = ["sweep=smoke", "stream.order=shuffled", "+sweep.grid.data=[moving_digits,broken]",
+OVERRIDES = ["sweep=smoke", "stream.order=shuffled", "+sweep.grid.scenario=[videomae,broken]",
              "sweep.max_concurrent_trials=1", "trainer.max_steps=6", "trainer.checkpoint_every=3",
-             "eval.probe_epochs=5", "eval.max_probe_samples=100"]
+             "trainer.max_failures=0", "eval.probe_epochs=5", "eval.max_probe_samples=100"]
+PAUSE_S = 30  # between the interrupt and the resume: the parent run's duration must not count it
 
 
 def _env(tmp: Path) -> dict:
@@ -45,9 +48,13 @@ def _children(client, parent_id=None):
 def sweep(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("e2e")
     shutil.copytree(config_dir(), tmp / "sweeps")
-    bad = tmp / "bad.mp4"
-    bad.write_bytes(b"\x00\x00\x00\x18ftypmp42 this is not a video" * 50)
-    (tmp / "sweeps" / "data" / "broken.yaml").write_text(f"name: broken\nvideos: [{bad}]\n")
+    import torch
+
+    bad = tmp / "bad.pt"
+    torch.save({"not_a_vit_weight": torch.zeros(3)}, bad)
+    videomae = (tmp / "sweeps" / "scenario" / "videomae.yaml").read_text()
+    assert "  init: random\n" in videomae
+    (tmp / "sweeps" / "scenario" / "broken.yaml").write_text(videomae.replace("  init: random\n", f"  init: {bad}\n"))
     cmd = [sys.executable, "-m", "raystream.cli", "sweep", *OVERRIDES]
     db = tmp / "mlflow.db"
 
@@ -68,12 +75,17 @@ def sweep(tmp_path_factory):
     proc.send_signal(signal.SIGINT)
     rc1 = proc.wait(timeout=180)
     phase1 = time.time() - t0
+    client = MlflowClient(f"sqlite:///{db}")
+    after_interrupt = {r.info.run_id: r.info.status for r in _children(client)}
+    parent_after_interrupt = client.get_run(first.data.tags["mlflow.parentRunId"]).info.status
+    time.sleep(PAUSE_S)
 
     # Phase 2: the same command again resumes the sweep.
     t1 = time.time()
-    out = subprocess.run(cmd, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=600)
+    out = subprocess.run(cmd, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=900)
     return {"tmp": tmp, "rc1": rc1, "first": first, "out": out, "client": MlflowClient(f"sqlite:///{db}"),
-            "phase1_s": phase1, "phase2_s": time.time() - t1, "phase2_start_ms": t1 * 1000}
+            "phase1_s": phase1, "phase2_s": time.time() - t1, "phase2_start_ms": t1 * 1000,
+            "after_interrupt": after_interrupt, "parent_after_interrupt": parent_after_interrupt}
 
 
 def _parent(sweep):
@@ -97,7 +109,7 @@ def test_failing_trials_are_recorded_and_do_not_stop_the_others(sweep):
     out, parent = sweep["out"], _parent(sweep)
     failed_lines = [line for line in out.stdout.splitlines() if line.startswith("  failed trial ")]
     assert len(failed_lines) == 2, out.stdout[-3000:]
-    assert all("'data': 'broken'" in line and "bad.mp4" in line for line in failed_lines), failed_lines
+    assert all("'scenario': 'broken'" in line and "bad.pt" in line for line in failed_lines), failed_lines
     assert parent.data.tags["raystream.trials_failed"] == "2"
     assert parent.data.tags["raystream.trials_finished"] == "2"
     assert parent.info.status == "FINISHED"
@@ -109,7 +121,7 @@ def test_mlflow_parent_and_child_runs(sweep):
     assert tags["raystream.role"] == "sweep" and tags["raystream.sweep"] == "smoke"
     assert parent.info.run_name == tags["raystream.sweep_run"] and parent.info.run_name.startswith("smoke-")
     assert len(tags["mlflow.source.git.commit"]) >= 7
-    assert params["sweep.grid.data"] == '["moving_digits", "broken"]'
+    assert params["sweep.grid.scenario"] == '["videomae", "broken"]'
     assert params["sweep.collapsed.stream.order"] == "shuffled"
     assert "sweep/smoke.yaml" in {a.path for a in client.list_artifacts(parent.info.run_id, "sweep")}
     children = [r for r in _children(client, parent.info.run_id) if r.info.status == "FINISHED"]
@@ -125,9 +137,9 @@ def test_mlflow_parent_and_child_runs(sweep):
 def test_report_table_printed_written_and_logged(sweep):
     out, parent, tmp = sweep["out"], _parent(sweep), sweep["tmp"]
     lines = out.stdout.splitlines()
-    header = next(line for line in lines if line.startswith("| optimizer.name | data | n |"))
-    assert "eval/knn_top1" in header and header.rstrip().endswith("| loss |")
-    assert any(line.startswith("| adamw | moving_digits | 1 |") for line in lines)
+    header = next(line for line in lines if line.startswith("| optimizer.name | scenario | n |"))
+    assert "eval/knn_top1" in header and header.rstrip().endswith("| last_step_loss |")
+    assert any(line.startswith("| adamw | videomae | 1 |") for line in lines)
     assert any(line.startswith("| orthogonal_adamw | broken | 0 (1 failed) |") for line in lines)
     assert f"mlflow ui --backend-store-uri sqlite:///{tmp / 'mlflow.db'}" in out.stdout
     report_dir = tmp / "reports" / parent.info.run_name
@@ -141,3 +153,24 @@ def test_report_table_printed_written_and_logged(sweep):
                            timeout=300)
     assert again.returncode == 0, again.stderr
     assert header in again.stdout
+
+
+def test_failed_trials_are_failed_child_runs_with_grid_values_and_reason(sweep):
+    client, parent = sweep["client"], _parent(sweep)
+    failed = [r for r in _children(client, parent.info.run_id) if r.info.status == "FAILED"]
+    assert len(failed) == 2, [(r.info.status, r.data.tags.get("raystream.grid.scenario")) for r in
+                              _children(client, parent.info.run_id)]
+    for run in failed:
+        assert run.data.tags["raystream.grid.scenario"] == "broken"
+        assert run.data.tags["raystream.grid.optimizer.name"] in ("adamw", "orthogonal_adamw")
+        assert "bad.pt" in run.data.tags["raystream.error"]
+
+
+def test_an_interrupt_leaves_no_trial_running_and_the_pause_is_not_counted(sweep):
+    assert sweep["parent_after_interrupt"] == "KILLED"
+    assert "RUNNING" not in sweep["after_interrupt"].values(), sweep["after_interrupt"]
+    parent = _parent(sweep)
+    duration_s = (parent.info.end_time - parent.info.start_time) / 1000
+    assert duration_s <= sweep["phase1_s"] + sweep["phase2_s"] + 5, (duration_s, sweep["phase1_s"], sweep["phase2_s"])
+    assert float(parent.data.tags["raystream.active_seconds"]) == pytest.approx(duration_s, abs=0.2)
+    assert not any(r.info.status == "RUNNING" for r in _children(sweep["client"], parent.info.run_id))

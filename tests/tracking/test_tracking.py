@@ -91,3 +91,66 @@ def test_in_stream_average_names():
     assert names.in_stream_average_name("in_stream/mse") == "eval/mse_in_stream"
     assert names.in_stream_average_name("loss") == "eval/loss_in_stream"
     assert names.eval_name("knn_top1") == "eval/knn_top1" == names.eval_name("eval/knn_top1")
+
+
+def test_an_unreachable_server_fails_fast_naming_the_uri():
+    import time
+
+    from raystream.tracking.store import TrackingStoreError, prepare_store
+
+    t0 = time.time()
+    with pytest.raises(TrackingStoreError, match=r"http://127\.0\.0\.1:1"):
+        prepare_store("http://127.0.0.1:1")
+    assert time.time() - t0 < 30
+
+
+def test_an_unwritable_sqlite_path_fails_naming_the_uri(tmp_path):
+    from raystream.tracking.store import TrackingStoreError, prepare_store
+
+    (tmp_path / "afile").write_text("not a directory")
+    uri = f"sqlite:///{tmp_path / 'afile' / 'mlflow.db'}"
+    with pytest.raises(TrackingStoreError, match=uri.replace(".", r"\.")):
+        prepare_store(uri)
+
+
+def _prepare_and_use(uri, experiment):
+    from raystream.tracking.store import prepare_store
+
+    prepare_store(uri)
+    c = make_client(uri)
+    return c.create_experiment(experiment)
+
+
+def test_a_new_sqlite_store_is_created_once_and_appears_complete(tmp_path):
+    """Several drivers at once on a new file: one creates and migrates it under a temporary name and moves it in
+    whole; none sees a half-migrated store (sqlite3 `table _alembic_tmp_... already exists` before)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with ProcessPoolExecutor(3) as pool:
+        ids = list(pool.map(_prepare_and_use, [uri] * 3, ["a", "b", "c"]))
+    assert len(set(ids)) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]  # no temporary file left behind
+    assert {e.name for e in make_client(uri).search_experiments()} >= {"a", "b", "c"}
+
+
+def test_the_report_of_a_missing_store_creates_none(tmp_path, capsys):
+    from raystream.tracking import report
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert report.main(experiment="missing", tracking_uri=uri) == 2
+    err = capsys.readouterr().err
+    assert "no MLflow store" in err and uri in err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_experiments_open_on_the_runs_table_in_the_mlflow_ui(tmp_path):
+    from raystream.tracking.store import experiment_id
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    c = make_client(uri)
+    old = c.create_experiment("made-before")
+    for name in ("new", "made-before"):
+        exp = c.get_experiment(experiment_id(c, name, uri))
+        assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert experiment_id(c, "made-before", uri) == old

@@ -96,3 +96,71 @@ def test_parse_sample(text, spec):
             parse_sample(text)
     else:
         assert parse_sample(text) == spec
+
+
+def test_a_cell_whose_stream_cannot_fill_a_batch_fails_before_ray_starts(tmp_path):
+    """The README's `raystream sweep sweep=paper_table scenario=videomae`: 4 demo videos cannot fill a
+    batch_along_video batch of 8; that is found before Ray starts, naming the cell (it failed 18 trials before)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    out = subprocess.run([sys.executable, "-m", "raystream.cli", "sweep", "sweep=paper_table", "scenario=videomae",
+                          f"data.demo.cache_dir={tmp_path / 'demo'}", "data.demo.frames_per_video=60"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "stream.order=batch_along_video" in out.stderr and "batch_size = 8" in out.stderr
+    assert not (tmp_path / "raystream_results").exists()  # Tune never started
+
+
+def test_max_steps_beyond_the_stream_is_said_before_ray_starts(tmp_path, capsys):
+    from raystream.tune.sweep import check_cells
+
+    cfg = compose(["sweep=beta", "trainer.max_steps=100000", f"data.demo.cache_dir={tmp_path}",
+                   "data.demo.frames_per_video=60"])
+    check_cells(plan(cfg, ["sweep=beta", "trainer.max_steps=100000"]))
+    err = capsys.readouterr().err
+    assert err.count("trainer.max_steps = 100000 but the stream has") == 1, err  # once for the 12 cells
+
+
+def test_the_readmes_sweep_commands_pass_every_check_made_before_ray(tmp_path):
+    """Each `raystream sweep ...` line of the README plans and passes the pre-Ray cell checks as written."""
+    import shlex
+    from pathlib import Path
+
+    from raystream.tune.sweep import check_cells
+
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    lines = [ln.split("#")[0].strip() for ln in readme.read_text().splitlines() if ln.startswith("raystream sweep")]
+    assert len(lines) >= 3
+    for line in lines:
+        overrides = shlex.split(line)[2:] + [f"data.demo.cache_dir={tmp_path}", "data.demo.frames_per_video=60"]
+        overrides = [o for o in overrides if not o.startswith("--")]
+        if not any(o.startswith("sweep=") for o in overrides):
+            overrides.append("sweep=smoke")
+        check_cells(plan(compose(overrides), overrides))
+
+
+def test_optuna_info_lines_are_kept_off_the_terminal():
+    import logging
+
+    import optuna
+
+    from raystream.tune.sweep import quiet_optuna
+
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    quiet_optuna()
+    assert optuna.logging.get_verbosity() == logging.WARNING
+
+
+def test_rays_internal_noise_is_dropped_and_raystreams_lines_kept():
+    from raystream.train.ray_start import without_ray_noise
+
+    progress = {"actor_name": "RayTrainWorker", "pid": 1, "is_err": False,
+                "lines": ["[smoke-x] step 6/6 | 21.7 clips/s | loss 0.6981"]}
+    assert without_ray_noise(progress) == progress
+    assert without_ray_noise({"actor_name": "PlacementGroupCleaner", "lines": ["Traceback (most recent call last):"]}) \
+        is None
+    mixed = {"actor_name": "TrainController", "pid": 2, "lines": [
+        "core_worker.cc:2465: Actor with class name: 'PreemptionWatcher' and ID: 'a7' has constructor arguments",
+        "a real error"]}
+    assert without_ray_noise(mixed)["lines"] == ["a real error"]
+    assert without_ray_noise({"pid": "raylet", "lines": [
+        "WARNING: 8 PYTHON worker processes have been started on node ..."]}) is None

@@ -78,3 +78,53 @@ def test_optuna_asha_sweep_releases_stopped_trials_workers(local_ray, sweeps_dir
         time.sleep(1)
     assert not leaked, leaked
     assert ray.available_resources().get("CPU") == 2.0
+
+
+def test_a_local_ray_started_by_raystream_advertises_loopback_only(tmp_path):
+    """`loopback_only` + `start_ray` (what `raystream train` and `sweep` call) put a local cluster's node and GCS on
+    127.0.0.1 (by default Ray advertises the host's address)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from raystream.train.ray_start import loopback_only, start_ray; loopback_only(); import ray; start_ray(); "
+            "print(ray.get_runtime_context().gcs_address); print(ray.nodes()[0]['NodeManagerAddress']); "
+            "ray.shutdown()")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    gcs, node = out.stdout.split()[-2:]
+    assert gcs.startswith("127.0.0.1:") and node == "127.0.0.1", out.stdout
+
+
+FAILING = """name: tiny_fail
+grid:
+  optimizer.name: [adamw, sgd]
+fixed:
+  trainer.max_steps: 3
+  trainer.log_every: 1
+max_concurrent_trials: 1
+"""
+
+
+def test_a_trial_failing_before_its_train_run_is_a_failed_child_run(local_ray, sweeps_dir, mlflow_uri, tmp_path,
+                                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sweeps_dir("tiny_fail", FAILING)
+    cfg = compose(["sweep=tiny_fail"])
+    outcome = run_sweep(cfg, ["sweep=tiny_fail"], fit=tune_tiny_fit.fit_failing_before_its_run, verbose=0)
+
+    assert sorted(t.status for t in outcome.trials) == ["failed", "finished"]
+    failed = outcome.failed[0]
+    assert failed.cell == {"optimizer.name": "sgd"} and "cannot start: optimizer.name = sgd" in failed.error
+    client = MlflowClient(mlflow_uri)
+    children = client.search_runs([client.get_run(outcome.parent_run_id).info.experiment_id],
+                                  filter_string=f"tags.`mlflow.parentRunId` = '{outcome.parent_run_id}'")
+    by_status = {c.info.status: c for c in children}
+    assert sorted(by_status) == ["FAILED", "FINISHED"]
+    run = by_status["FAILED"]
+    assert run.data.tags["raystream.grid.optimizer.name"] == "sgd"
+    assert run.data.tags["raystream.trial_id"] == failed.trial_id
+    assert "cannot start: optimizer.name = sgd" in run.data.tags["raystream.error"]
+    assert client.get_run(outcome.parent_run_id).info.status == "FINISHED"

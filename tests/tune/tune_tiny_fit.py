@@ -86,3 +86,10 @@ def fit(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow
         client.log_metric(rid, k, v)
     client.set_terminated(rid, "FINISHED")
     return {**final, "mlflow_run_id": rid}
+
+
+def fit_failing_before_its_run(cfg, **kwargs):
+    """`fit` for optimizer.name=sgd fails before any MLflow run exists (as a bad video does in preflight)."""
+    if cfg.optimizer.name == "sgd":
+        raise ValueError(f"cannot start: optimizer.name = {cfg.optimizer.name} (test)")
+    return fit(cfg, **kwargs)

@@ -4,7 +4,8 @@ Rows are the sweep's grid axes that vary (e.g. optimizer x order x batch size); 
 `seed`) are averaged over, so each cell shows mean +- std over seeds. Where a cell had Optuna-sampled axes, each
 seed contributes its best trial by the sweep's metric (the tuned setting, as in the paper's tables) and the
 sampled value is shown. Columns are the final `eval/*` metrics, the stream correlation measured at run start
-(`correlation/*`), the mean over steps of `grad_cos_prev` (`grad_cos_prev_mean`) and the final `loss`.
+(`correlation/*`), the mean over steps of `grad_cos_prev` (`grad_cos_prev_mean`) and `last_step_loss`, the `loss`
+of the last step (the Tune table's `loss` is the mean over the last report window: raystream/tracking/names.py).
 
 Writes `report.md`, `report.csv` and plots (each metric against each numeric grid axis such as
 `optimizer.orth_beta` or `stream.batch_size`; histograms of the per-step gradient cosine `grad_cos_prev` per
@@ -25,16 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from raystream.tune.config import is_seed_key
-
 from raystream.tracking import names
+from raystream.tracking.names import (CORRELATION_PREFIX, ERROR_TAG, GRAD_COS_MEAN, GRID_TAG_PREFIX, ROLE_TAG,
+                                      SAMPLE_TAG_PREFIX, TRIALS_ARTIFACT, is_seed_key)
 
-ROLE_TAG, GRID_TAG_PREFIX, SAMPLE_TAG_PREFIX = "raystream.role", "raystream.grid.", "raystream.sample."
-ERROR_TAG = "raystream.error"  # why a trial failed, on its child run
+OPTIMIZER_PARAM = "optimizer.name"  # the config key, logged as a param of every run
 PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-TRIALS_ARTIFACT = "sweep/trials.json"  # on the parent run: every trial's grid values, status and error
-GRAD_COS_MEAN = "grad_cos_prev_mean"  # column: mean over the run's steps of grad_cos_prev
-CORRELATION_PREFIX = "correlation/"  # columns: the stream correlation at run start (raystream/train/correlation.py)
 
 
 @dataclass
@@ -73,7 +70,7 @@ class Table:
     failures: List[Tuple[str, str]] = field(default_factory=list)  # (trial id, reason)
 
     def to_markdown(self) -> str:
-        header = [*self.row_axes, "n", *self.sample_axes, *self.metrics]
+        header = [*self.row_axes, "n", *self.sample_axes, *map(names.report_column, self.metrics)]
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
         for row in self.rows:
             cells = list(row.key) + [str(len(row.trials)) + (f" ({row.failed} failed)" if row.failed else "")]
@@ -92,7 +89,7 @@ class Table:
         with open(path, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow([*self.row_axes, "n", "failed", *self.sample_axes,
-                        *[f"{m}_{s}" for m in self.metrics for s in ("mean", "std")]])
+                        *[f"{names.report_column(m)}_{s}" for m in self.metrics for s in ("mean", "std")]])
             for row in self.rows:
                 out: List[Any] = [*row.key, len(row.trials), row.failed]
                 out += [_mean([t.sample[k] for t in row.trials if k in t.sample]) for k in self.sample_axes]
@@ -126,9 +123,11 @@ def _fmt_mean_std(vals: Sequence[float], sci: bool = False) -> str:
 
 
 def _client(tracking_uri: Optional[str]):
-    from raystream.tracking.store import client, tracking_uri as default_uri
+    """A client of an existing store (a report creates none: no empty mlflow.db left behind)."""
+    from raystream.tracking.store import client, prepare_store, tracking_uri as default_uri
 
     uri = tracking_uri or default_uri(None)
+    prepare_store(uri, create=False)
     return client(uri), uri
 
 
@@ -139,10 +138,10 @@ def find_parent(client, experiment: Optional[str] = None, parent: Optional[str] 
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise LookupError(f"no MLflow experiment named {experiment!r}")
-    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = 'sweep'",
+    runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = '{names.ROLE_SWEEP}'",
                               order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
-        raise LookupError(f"MLflow experiment {experiment!r} has no sweep parent run (tag {ROLE_TAG}=sweep)")
+        raise LookupError(f"MLflow experiment {experiment!r} has no sweep parent run (tag {ROLE_TAG}={names.ROLE_SWEEP})")
     return runs[0]
 
 
@@ -155,11 +154,11 @@ def load_trials(client, parent_run) -> List[Trial]:
     for r in runs:
         tags = r.data.tags
         trial = Trial(
-            run_id=r.info.run_id, trial_id=tags.get("raystream.trial_id", r.info.run_id), status=r.info.status,
+            run_id=r.info.run_id, trial_id=tags.get(names.TRIAL_TAG, r.info.run_id), status=r.info.status,
             grid={k[len(GRID_TAG_PREFIX):]: v for k, v in tags.items() if k.startswith(GRID_TAG_PREFIX)},
             sample={k[len(SAMPLE_TAG_PREFIX):]: float(v) for k, v in tags.items()
                     if k.startswith(SAMPLE_TAG_PREFIX) and _is_number(v)},
-            metrics=dict(r.data.metrics), optimizer=r.data.params.get("optimizer.name", "?"),
+            metrics=dict(r.data.metrics), optimizer=r.data.params.get(OPTIMIZER_PARAM, "?"),
             start_time=r.info.start_time or 0)
         old = by_trial.get(trial.trial_id)
         rank = (trial.status == "FINISHED", trial.start_time)
@@ -179,8 +178,8 @@ def _is_number(v: str) -> bool:
 def build_table(client, parent_run) -> Table:
     """Group a sweep's trials into the paper-style table (see the module docstring)."""
     tags, params = parent_run.data.tags, parent_run.data.params
-    grid = json.loads(tags.get("raystream.grid", "{}"))
-    sample_axes = list(json.loads(tags.get("raystream.sample", "{}")))
+    grid = json.loads(tags.get(names.GRID_TAG, "{}"))
+    sample_axes = list(json.loads(tags.get(names.SAMPLE_TAG, "{}")))
     metric, mode = params.get("sweep.metric", "loss"), params.get("sweep.mode", "min")
     trials = load_trials(client, parent_run)
     seed_axes = [k for k in grid if is_seed_key(k)]
@@ -216,7 +215,7 @@ def build_table(client, parent_run) -> Table:
                            if m.startswith((names.EVAL_PREFIX, CORRELATION_PREFIX)) or m == GRAD_COS_MEAN})
     if any(names.LOSS in t.metrics for t in finished):
         metric_names.append(names.LOSS)
-    return Table(sweep=tags.get("raystream.sweep_run", parent_run.info.run_name), parent_run_id=parent_run.info.run_id,
+    return Table(sweep=tags.get(names.SWEEP_RUN_TAG, parent_run.info.run_name), parent_run_id=parent_run.info.run_id,
                  row_axes=row_axes, seed_axes=seed_axes, sample_axes=sample_axes, metrics=metric_names,
                  rows=[rows[k] for k in sorted(rows, key=sort_key)], metric=metric, mode=mode, failures=failures)
 
@@ -287,13 +286,13 @@ def plot_vs_axes(table: Table, out: Path) -> List[Path]:
                 ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
                             capsize=3, label=label)
             ax.set_xlabel(axis)
-            ax.set_ylabel(metric)
+            ax.set_ylabel(names.report_column(metric))
             if axis.endswith("batch_size"):
                 ax.set_xscale("log", base=2)
-            ax.set_title(f"{metric} vs {axis}")
+            ax.set_title(f"{names.report_column(metric)} vs {axis}")
             ax.legend(fontsize=7)
             fig.tight_layout()
-            path = out / f"{_slug(metric)}_vs_{_slug(axis)}.png"
+            path = out / f"{_slug(names.report_column(metric))}_vs_{_slug(axis)}.png"
             fig.savefig(path, dpi=100)
             plt.close(fig)
             files.append(path)
@@ -310,7 +309,7 @@ def plot_grad_cos(client, trials: List[Trial], out: Path) -> Optional[Path]:
     values: Dict[str, List[float]] = defaultdict(list)
     for t in trials:
         if t.status == "FINISHED":
-            values[t.grid.get("optimizer.name", t.optimizer)] += [
+            values[t.grid.get(OPTIMIZER_PARAM, t.optimizer)] += [
                 m.value for m in client.get_metric_history(t.run_id, names.GRAD_COS_PREV) if math.isfinite(m.value)]
     values = {k: v for k, v in values.items() if v}
     if not values:
@@ -387,7 +386,13 @@ def write_report(client, parent_run, out: Optional[str] = None) -> Tuple[Table, 
 def main(experiment: Optional[str] = None, parent: Optional[str] = None, out: Optional[str] = None,
          tracking_uri: Optional[str] = None) -> int:
     """`raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]`: print the table, write the files."""
-    client, uri = _client(tracking_uri)
+    from raystream.tracking.store import TrackingStoreError
+
+    try:
+        client, uri = _client(tracking_uri)
+    except TrackingStoreError as exc:
+        print(f"raystream report: {exc}", file=sys.stderr)
+        return 2
     try:
         parent_run = find_parent(client, experiment=experiment, parent=parent)
     except LookupError as exc:

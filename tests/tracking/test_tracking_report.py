@@ -7,16 +7,17 @@ from __future__ import annotations
 import csv
 import shutil
 import statistics
+import time
 
 import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from raystream.config import compose, config_dir
-from raystream.tune import report
-from raystream.tune.report import build_table, find_parent, write_report
+from raystream.tracking import report
+from raystream.tracking.report import build_table, find_parent, write_report
 from raystream.tune.space import plan
-from raystream.tune.sweep import TrialOutcome, _finish_parent, _parent_run, trial_tags
+from raystream.tune.sweep import TrialOutcome, _end_parent, _finish_parent, _parent_run, trial_tags
 
 SWEEP = """name: rep
 grid:
@@ -50,10 +51,10 @@ def sweep_store(tmp_path_factory):
         mp.setenv("RAYSTREAM_CONFIG_DIR", str(root))
         mlflow_uri = f"sqlite:///{tmp / 'mlflow.db'}"
         mp.setenv("MLFLOW_TRACKING_URI", mlflow_uri)
-        yield _populate(mlflow_uri)
+        yield _populate(mlflow_uri, tmp)
 
 
-def _populate(mlflow_uri):
+def _populate(mlflow_uri, tmp):
     cfg = compose(["sweep=rep"])
     p = plan(cfg, ["sweep=rep"])
     client = MlflowClient(mlflow_uri)
@@ -83,6 +84,7 @@ def _populate(mlflow_uri):
             client.set_terminated(run.info.run_id, "FINISHED")
             outcomes.append(TrialOutcome(tid, cell.values, {}, "finished"))
     _finish_parent(client, parent, outcomes)
+    _end_parent(client, parent, "FINISHED", tmp, {}, time.time())
     return client, parent
 
 
@@ -115,7 +117,7 @@ def test_report_files_plots_and_parent_artifacts(sweep_store, tmp_path):
     table, files = write_report(client, client.get_run(parent), str(tmp_path / "out"))
     names = {f.name for f in files}
     assert {"report.md", "report.csv", "grad_cos_hist.png", "grad_cos_curves.png",
-            "eval_knn_top1_vs_optimizer.orth_beta.png", "loss_vs_optimizer.orth_beta.png"} <= names
+            "eval_knn_top1_vs_optimizer.orth_beta.png", "last_step_loss_vs_optimizer.orth_beta.png"} <= names
     with open(tmp_path / "out" / "report.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 4 and rows[1]["failed"] == "1"
@@ -132,7 +134,7 @@ def test_report_main_by_experiment_prints_the_table(sweep_store, tmp_path, capsy
     assert report.main(experiment="reptest", out=str(tmp_path / "o")) == 0
     out = capsys.readouterr().out
     assert ("| optimizer.name | optimizer.orth_beta | n | optimizer.lr | correlation/sequential | eval/knn_top1 | "
-            "grad_cos_prev_mean | loss |") in out
+            "grad_cos_prev_mean | last_step_loss |") in out
     assert report.main(experiment="nope", out=str(tmp_path / "o")) == 2
     assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
 

@@ -1,0 +1,79 @@
+"""Starting or joining Ray on the driver, the same way for `raystream train` and `raystream sweep`.
+
+`RAY_ADDRESS` set (or Ray already initialised): join that cluster as it is. Otherwise a local cluster is started
+whose node address is the loopback interface, so the GCS address and the node Ray advertises are local only; the
+dashboard keeps Ray's default host, 127.0.0.1. Ray turns `ray.init(_node_ip_address="127.0.0.1")` into the host's
+address; what it does honour is its single-machine mode, `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (the default on
+Windows and macOS), read when Ray is imported: `loopback_only()` sets it, and the CLI calls it before anything
+imports Ray. What Ray 2.60 does not let a
+caller bind: its gRPC servers (GCS, raylet, core workers) and the metrics agent's Prometheus endpoint listen on
+all interfaces whatever the node address (README, "Files and services"); run on a host whose firewall keeps
+those ports private.
+
+Ray forwards every worker's output to the driver's terminal, raystream's progress lines among them, and with them
+lines of Ray's own machinery that tell a raystream user nothing (the `PlacementGroupCleaner`'s tracebacks when
+several Ray instances share a host, which raystream/tune/release.py makes up for; the `PreemptionWatcher` error;
+the raylet's worker-count warnings). `start_ray` drops those from the forwarded output; they stay in Ray's logs
+under /tmp/ray. This wraps Ray's private log dispatcher (`ray._private.ray_logging`); where a Ray version lacks
+it, nothing is filtered.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional
+
+# Forwarded worker output that is Ray's internal noise: whole batches of these actors, and lines with these marks.
+NOISY_ACTORS = ("PlacementGroupCleaner",)
+NOISY_MARKS = ("'PreemptionWatcher'", "worker processes have been started")
+
+
+SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # Ray's flag: "0" = node address 127.0.0.1
+
+
+def loopback_only() -> None:
+    """For a local run (no `RAY_ADDRESS`): make the Ray this process starts use 127.0.0.1 as its node address.
+    Call before `ray` is imported; a value the user set is kept."""
+    if not os.environ.get("RAY_ADDRESS"):
+        os.environ.setdefault(SINGLE_MACHINE_ENV, "0")
+
+
+def start_ray() -> None:
+    """`ray.init()` for a raystream driver: the cluster of `RAY_ADDRESS`, else a local one bound to loopback."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init()
+    else:
+        ray.init()
+    _filter_forwarded_output()
+
+
+def without_ray_noise(data: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """A batch of forwarded worker output without Ray's internal noise; None when nothing is left."""
+    if data.get("actor_name") in NOISY_ACTORS:
+        return None
+    lines = [line for line in data.get("lines", []) if not any(mark in line for mark in NOISY_MARKS)]
+    return dict(data, lines=lines) if lines else None
+
+
+def _filter_forwarded_output() -> None:
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
+    except ImportError:
+        return
+    name = "ray_print_logs"  # the handler ray.init installs (log_to_driver) and ray.shutdown removes
+    printers = [handler for n, handler in dispatcher.handlers if n == name]
+    if len(printers) != 1:
+        return
+    printer = printers[0]
+
+    def filtered(data: Dict[str, Any]) -> None:
+        kept = without_ray_noise(data)
+        if kept is not None:
+            printer(kept)
+
+    dispatcher.remove_handler(name)
+    dispatcher.add_handler(name, filtered)

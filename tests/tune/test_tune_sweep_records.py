@@ -1,0 +1,70 @@
+"""What a sweep records in MLflow when things go wrong, on a real sqlite store: a trial that failed before its
+Train run existed still gets a FAILED child run with its grid values and reason; an interrupt leaves no child run
+RUNNING; the parent's duration is the time the sweep ran, not the pause before a resume; a trial that failed in
+an earlier session keeps its grid values."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from mlflow import MlflowClient
+
+from raystream.config import compose
+from raystream.tracking import names
+from raystream.tracking.store import prepare_store
+from raystream.tune.searcher import CELL_KEY
+from raystream.tune.space import plan
+from raystream.tune.sweep import _end_parent, _outcome, _parent_run, record_failed_trial, trial_tags
+
+
+def _sweep(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    prepare_store(uri)
+    cfg = compose([])
+    p = plan(cfg)
+    return uri, p, _parent_run(uri, "records", "smoke-x", cfg, p, None)
+
+
+def _children(client, parent):
+    exp = client.get_run(parent).info.experiment_id
+    return client.search_runs([exp], filter_string=f"tags.`{names.PARENT_RUN_TAG}` = '{parent}'")
+
+
+def test_a_trial_failing_before_its_run_exists_becomes_a_failed_child_run(tmp_path):
+    uri, p, parent = _sweep(tmp_path)
+    info = {"name": "smoke", "run_name": "smoke-x", "cell_values": [c.values for c in p.cells]}
+    tags = trial_tags(info, 1, "t1", {"optimizer.lr": 0.5})
+    try:
+        raise RuntimeError("Training failed.\nDivergedError: loss is nan at step 3")
+    except RuntimeError as exc:
+        record_failed_trial(uri, parent, "smoke-x-t1", tags, exc)
+    (child,) = _children(MlflowClient(uri), parent)
+    assert child.info.status == "FAILED" and child.info.run_name == "smoke-x-t1"
+    assert child.data.tags[names.ERROR_TAG] == "DivergedError: loss is nan at step 3"
+    assert child.data.tags[names.GRID_TAG_PREFIX + "optimizer.name"] == str(p.cells[1].values["optimizer.name"])
+    assert child.data.tags[names.SAMPLE_TAG_PREFIX + "optimizer.lr"] == "0.5"
+
+
+def test_an_interrupt_kills_running_children_and_the_pause_is_not_counted(tmp_path):
+    uri, p, parent = _sweep(tmp_path)
+    client = MlflowClient(uri)
+    exp = client.get_run(parent).info.experiment_id
+    child = client.create_run(exp, tags={names.PARENT_RUN_TAG: parent}).info.run_id
+    meta = {"active_s": 30.0}  # an earlier session ran 30 s; this one 2 s, after a long pause
+    _end_parent(client, parent, "KILLED", tmp_path, meta, time.time() - 2.0)
+    assert client.get_run(child).info.status == "KILLED"
+    run = client.get_run(parent)
+    assert run.info.status == "KILLED"
+    assert 31.5 <= (run.info.end_time - run.info.start_time) / 1000 <= 40
+    assert float(run.data.tags[names.ACTIVE_SECONDS_TAG]) >= 32
+    assert meta["active_s"] >= 32
+
+
+def test_a_trial_failed_in_an_earlier_session_keeps_its_cell():
+    p = plan(compose([]))
+    restored = SimpleNamespace(config={}, metrics={"trial_id": "abc"}, error=RuntimeError("bad.mp4: not a video"),
+                               path="/x/trial_abc")
+    saved = {"abc": SimpleNamespace(status="ERROR", config={CELL_KEY: 2})}
+    out = _outcome(restored, p, saved)
+    assert out.status == "failed" and out.cell == p.cells[2].values and out.error == "RuntimeError: bad.mp4: not a video"

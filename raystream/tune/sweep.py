@@ -7,17 +7,19 @@ and one child run per trial.
 Ray Train V2 with Tune, as Ray 2.60 recommends: a function trainable is the driver of one `TorchTrainer` run
 (`raystream.train.run.fit`), which reports to Tune through `TuneReportCallback`. The driver needs no CPU of its
 own (it waits on the Train controller), so each trial requests no CPU (only a little memory) and
-`max_concurrent_trials` is derived from the cluster's CPUs/GPUs and the workers one trial needs: trials never
-start Train runs that cannot get workers. A trial stopped by ASHA has its driver actor killed; its Train workers
-die with it and `raystream.tune.release` removes their placement group, so the next trial gets those CPUs.
+`max_concurrent_trials` is derived from what the cluster can grow to and the workers one trial needs
+(`raystream.tune.concurrency`): an autoscaling cluster gets enough pending trials to add its nodes. A trial
+stopped by ASHA has its driver actor killed; its Train workers die with it and `raystream.tune.release` removes
+their placement group, so the next trial gets those CPUs.
 A trial that fails (bad video, NaN loss) is recorded as failed with its reason (Tune result, the child run's
 `raystream.error` tag, the parent's `sweep/trials.json`) and the sweep goes on (`FailureConfig(max_failures=0)`:
 retrying is Ray Train's job, `trainer.max_failures`).
 
 Resume: the run name defaults to `<sweep>-<hash of the planned trials>`; starting the same sweep again finds the
-Tune experiment under `<storage>/sweeps/<run name>` and `Tuner.restore`s it: finished trials are kept, unfinished
-ones continue (each Train run resumes from its own checkpoint: its name is `<run name>-<trial id>`), failed ones
-stay failed. The MLflow parent run id is kept beside the experiment, so the same parent run continues.
+Tune experiment under `<storage>/sweeps/<run name>` (a local directory or a bucket: `raystream.train.storage`)
+and `Tuner.restore`s it: finished trials are kept, unfinished ones continue (each Train run resumes from its own
+checkpoint: its name is `<run name>-<trial id>`), failed ones stay failed. The MLflow parent run id is kept beside
+the experiment, so the same parent run continues.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from raystream.config import ConfigError, config_dir
 from raystream.tracking import names
 from raystream.tracking.store import client as mlflow_client
 from raystream.tracking.store import experiment_id, retry, tracking_uri
+from raystream.train import storage as results
+from raystream.tune.concurrency import trials_in_flight
 from raystream.tune.report import ERROR_TAG, GRID_TAG_PREFIX, ROLE_TAG, SAMPLE_TAG_PREFIX, TRIALS_ARTIFACT
 from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import SweepPlan, apply_values, optuna_space, plan, structured
@@ -63,7 +67,7 @@ class TrialOutcome:
 @dataclass
 class SweepOutcome:
     run_name: str
-    path: Path
+    path: str  # the Tune experiment: a local directory or a URI
     parent_run_id: str
     tracking_uri: str
     experiment: str
@@ -110,16 +114,16 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Union[str,
     started = time.time()
     the_plan = plan(cfg, overrides)  # raises ConfigError before Ray starts
     uri = tracking_uri(cfg)  # absolute: trials run in other processes and directories
-    storage = Path(cfg.trainer.storage_path or "raystream_results").expanduser().resolve()
+    storage = results.resolve(cfg.trainer.storage_path)  # local directory or s3:// / gs:// URI, checked
     for cell in the_plan.cells:
         cell.config["mlflow"]["tracking_uri"] = uri
-        cell.config["trainer"]["storage_path"] = str(storage)
+        cell.config["trainer"]["storage_path"] = storage.uri
     run_name = cfg.sweep.run_name or f"{the_plan.name}-{the_plan.fingerprint()}"
-    path = storage / "sweeps" / run_name
-    meta = _read_meta(path)
+    path = storage.child("sweeps", run_name)
+    meta = path.read_json(META_FILE)
     if meta and meta.get("fingerprint") != the_plan.fingerprint():
-        raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path} holds a sweep with other trials "
-                          "(its config changed); pick another sweep.run_name or leave it unset")
+        raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path.uri} holds a sweep with other "
+                          "trials (its config changed); pick another sweep.run_name or leave it unset")
 
     import ray
     from ray import tune
@@ -133,9 +137,8 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Union[str,
 
     experiment = cfg.mlflow.experiment
     parent = _parent_run(uri, experiment, run_name, cfg, the_plan, meta)
-    path.mkdir(parents=True, exist_ok=True)
-    _write_meta(path, {"parent_run_id": parent, "fingerprint": the_plan.fingerprint(), "tracking_uri": uri,
-                       "experiment": experiment, "sweep": the_plan.name})
+    path.write_json(META_FILE, {"parent_run_id": parent, "fingerprint": the_plan.fingerprint(),
+                                "tracking_uri": uri, "experiment": experiment, "sweep": the_plan.name})
 
     trainable = tune.with_parameters(
         trial_main,
@@ -145,13 +148,13 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Union[str,
     )
     # The driver waits on its Train run: no CPU, a little memory (Ray needs a non-empty request).
     trainable = tune.with_resources(trainable, {"CPU": 0, "memory": DRIVER_MEMORY})
-    resumed = tune.Tuner.can_restore(str(path))
+    resumed = tune.Tuner.can_restore(path.uri)
     if resumed:
-        tuner = tune.Tuner.restore(str(path), trainable=trainable, resume_unfinished=True, resume_errored=False,
+        tuner = tune.Tuner.restore(path.uri, trainable=trainable, resume_unfinished=True, resume_errored=False,
                                    restart_errored=False)
     else:
         tuner = tune.Tuner(trainable, tune_config=_tune_config(cfg, the_plan),
-                           run_config=tune.RunConfig(name=run_name, storage_path=str(storage / "sweeps"),
+                           run_config=tune.RunConfig(name=run_name, storage_path=storage.child("sweeps").uri,
                                                      failure_config=tune.FailureConfig(max_failures=0),
                                                      callbacks=[ReleaseStoppedTrials()],
                                                      verbose=verbose))
@@ -161,11 +164,11 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Union[str,
     except BaseException:
         retry(lambda: client.set_terminated(parent, "KILLED"), "end parent run")
         raise
-    statuses = _trial_statuses(path)
+    statuses = _trial_statuses(path.uri)
     trials = [_outcome(r, the_plan, statuses) for r in grid]
     _finish_parent(client, parent, trials)
-    return SweepOutcome(run_name=run_name, path=path, parent_run_id=parent, tracking_uri=uri, experiment=experiment,
-                        resumed=resumed, trials=trials, seconds=time.time() - started)
+    return SweepOutcome(run_name=run_name, path=path.uri, parent_run_id=parent, tracking_uri=uri,
+                        experiment=experiment, resumed=resumed, trials=trials, seconds=time.time() - started)
 
 
 def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[str, Any]) -> Dict[str, Any]:
@@ -241,28 +244,12 @@ def _tune_config(cfg: DictConfig, the_plan: SweepPlan):
                                   reduction_factor=int(sweep.reduction_factor), max_t=10 ** 9)
     return tune.TuneConfig(metric=sweep.metric, mode=sweep.mode, search_alg=searcher, scheduler=scheduler,
                            num_samples=the_plan.num_trials,
-                           max_concurrent_trials=sweep.max_concurrent_trials or concurrent_trials(the_plan),
+                           max_concurrent_trials=trials_in_flight(sweep.max_concurrent_trials, the_plan),
                            trial_dirname_creator=_trial_dirname)
 
 
 def _trial_dirname(trial) -> str:
     return f"trial_{trial.trial_id}"
-
-
-def concurrent_trials(the_plan: SweepPlan, resources: Optional[Dict[str, float]] = None) -> int:
-    """How many Train runs fit on the cluster at once: its CPUs (and GPUs) over what one trial's workers need."""
-    import ray
-
-    resources = resources if resources is not None else ray.cluster_resources()
-    fits = []
-    for cell in the_plan.cells:
-        t = cell.config["trainer"]
-        cpus = t["num_workers"] * t["cpus_per_worker"]
-        n = int(resources.get("CPU", 0) // cpus) if cpus > 0 else the_plan.num_trials
-        if t["use_gpu"]:
-            n = min(n, int(resources.get("GPU", 0) // t["num_workers"]))
-        fits.append(n)
-    return max(1, min(fits + [the_plan.num_trials]))
 
 
 def git_commit() -> str:
@@ -277,17 +264,6 @@ def git_commit() -> str:
     if out.returncode != 0:
         return "unknown"
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
-def _read_meta(path: Path) -> Optional[Dict[str, Any]]:
-    try:
-        return json.loads((path / META_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _write_meta(path: Path, meta: Dict[str, Any]) -> None:
-    (path / META_FILE).write_text(json.dumps(meta, indent=2))
 
 
 def _parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_plan: SweepPlan,
@@ -335,13 +311,13 @@ def _parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_p
     return rid
 
 
-def _trial_statuses(path: Path) -> Dict[str, str]:
+def _trial_statuses(path: str) -> Dict[str, str]:
     """Each trial's status as Tune saved it for a restore: TERMINATED, ERROR, or PENDING for a trial an interrupt
     stopped (in memory Tune marks those TERMINATED; the saved state says they still have to run)."""
     from ray.tune import ExperimentAnalysis
 
     try:
-        return {t.trial_id: t.status for t in ExperimentAnalysis(str(path)).trials}
+        return {t.trial_id: t.status for t in ExperimentAnalysis(path).trials}
     except Exception as exc:  # no saved state: treat results without an error as finished
         print(f"raystream: could not read the trial states of {path}: {exc}", file=sys.stderr)
         return {}

@@ -34,7 +34,8 @@ def uri(value: Optional[str]) -> str:
     if text.startswith("file://"):
         text = text[len("file://"):]
     if "://" in text:
-        return text.rstrip("/")
+        scheme, _, rest = text.partition("://")
+        return f"{scheme}://{rest.rstrip('/')}"
     return str(Path(text).expanduser().resolve())
 
 

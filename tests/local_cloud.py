@@ -64,9 +64,9 @@ def http(url: str, token: Optional[str] = None, method: str = "GET", timeout: fl
         return exc.code, exc.read().decode(errors="replace")
 
 
-def up(url: str) -> bool:
+def up(url: str, token: Optional[str] = None) -> bool:
     try:
-        return http(url, timeout=2)[0] == 200
+        return http(url, token, timeout=2)[0] == 200
     except OSError:
         return False
 
@@ -179,13 +179,16 @@ class MlflowServer:
 
 @contextmanager
 def mlflow_server(root: Path, env: Dict[str, str], artifacts_destination: str) -> Iterator[MlflowServer]:
-    """`mlflow server` on 127.0.0.1 (sqlite backend under `root`, artifacts proxied to `artifacts_destination`),
-    run with `env` (the object store's endpoint and credentials); stopped on exit."""
+    """`mlflow server` on 127.0.0.1 (sqlite backend under `root`, artifacts proxied to `artifacts_destination`,
+    `--allowed-hosts` its own address), run with `env` (the object store's endpoint and credentials); stopped on
+    exit."""
     port = free_port()
     log = root / "mlflow.log"
     proc = spawn([str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
                   "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
-                  "--artifacts-destination", artifacts_destination], env, log)
+                  "--artifacts-destination", artifacts_destination,
+                  # as on the cluster (cluster/aws.yaml): only requests addressed to the server's own address
+                  "--allowed-hosts", f"127.0.0.1:{port},localhost:{port}"], env, log)
     uri = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: up(f"{uri}/health"), "mlflow server", [proc], [log], timeout_s=120)

@@ -49,6 +49,9 @@ from raystream.tune.space import SweepPlan, apply_values, optuna_space, plan, st
 FIT = "raystream.train.run:fit"
 META_FILE = "raystream_sweep.json"
 DRIVER_MEMORY = 200 * 1024 ** 2  # bytes reserved by each trial's driver (the function trainable)
+# Tune experiment state reaches trainer.storage_path (a bucket) at most this often; Ray's default, 300 s, could lose
+# 5 minutes of finished trials when the driver dies (a resumed sweep would run them again).
+SYNC_PERIOD_S = 15
 SWEEP_TAG, SWEEP_RUN_TAG = "raystream.sweep", "raystream.sweep_run"
 TRIAL_TAG, CELL_TAG = "raystream.trial_id", "raystream.cell"
 ERROR_CHARS = 500
@@ -157,6 +160,7 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Union[str,
                            run_config=tune.RunConfig(name=run_name, storage_path=storage.child("sweeps").uri,
                                                      failure_config=tune.FailureConfig(max_failures=0),
                                                      callbacks=[ReleaseStoppedTrials()],
+                                                     sync_config=tune.SyncConfig(sync_period=SYNC_PERIOD_S),
                                                      verbose=verbose))
     client = mlflow_client(uri)
     try:

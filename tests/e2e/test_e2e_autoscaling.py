@@ -76,6 +76,7 @@ def autoscaling_sweep():
         str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
         f"--autoscaling-config={home / 'ray_bootstrap_config.yaml'}", "--num-cpus=0", "--num-gpus=0",
         f"--object-store-memory={100 * 1024 ** 2}", f"--temp-dir={root / 'ray'}", "--include-dashboard=false",
+        f"--dashboard-port={free_port()}",
         f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
         f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}", "--disable-usage-stats",
     ], env, head_log)

@@ -37,7 +37,7 @@ TINY = ["trainer.max_steps=2", "trainer.checkpoint_every=1", "trainer.log_every=
 # smoke with its stream.order axis collapsed: 2 trials (AdamW, Orthogonal-AdamW), one at a time, each step slowed
 # down so the second trial is still running when the first one's end has reached the bucket.
 SWEEP = ["sweep", "sweep=smoke", "stream.order=batch_along_time", "sweep.max_concurrent_trials=1", *TINY]
-STEP_DELAY_S = "6"
+STEP_DELAY_S = "10"
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ def killed_and_resumed_sweep(cloud):
                  cwd=ws1 / "cwd")
     t0, statuses, name = time.time(), {}, None
     try:
-        while time.time() - t0 < 300 and proc.poll() is None:
+        while time.time() - t0 < 480 and proc.poll() is None:
             time.sleep(3)
             names = _experiment_dirs(s3)
             if names:

@@ -70,6 +70,8 @@ def main(gcs: str, work: str, out: str) -> None:
             if nodes != last:
                 timeline.append({"t": round(time.time() - t0, 1), "gpu_like_nodes": nodes})
                 last = nodes
+                with open(f"{work}/timeline.json", "w") as f:  # so far, for a test that times out
+                    json.dump(timeline, f)
             stop.wait(0.5)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -78,7 +80,9 @@ def main(gcs: str, work: str, out: str) -> None:
                  f"mlflow.tracking_uri=sqlite:///{work}/mlflow.db", "mlflow.experiment=autoscaling"]
     cfg = compose(overrides)
     in_flight = trials_in_flight(cfg.sweep.max_concurrent_trials, plan(cfg, overrides))
-    outcome = run_sweep(cfg, overrides, fit="autoscaling_driver:fit", verbose=0)
+    print(f"trials in flight: {in_flight}", flush=True)
+    outcome = run_sweep(cfg, overrides, fit="autoscaling_driver:fit", verbose=1)
+    print(f"sweep done: {[(t.trial_id, t.status, t.error) for t in outcome.trials]}", flush=True)
     sweep_done = time.time() - t0
     deadline = time.time() + IDLE_WAIT_S
     while time.time() < deadline and _gpu_like_nodes():

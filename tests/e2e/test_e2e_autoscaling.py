@@ -36,6 +36,7 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent
 IDLE_TIMEOUT_MIN = 0.25  # 15 s
 MAX_WORKERS = 3
+DRIVER_TIMEOUT_S = 600
 
 
 def autoscaling_config(gcs_address: str) -> dict:
@@ -82,10 +83,18 @@ def autoscaling_sweep():
     ], env, head_log)
     try:
         wait_until(lambda: "--block" in head_log.read_text(), "ray head", [head], [head_log], timeout_s=180)
-        out = root / "out.json"
-        driver = subprocess.run([sys.executable, str(HERE / "autoscaling_driver.py"), gcs, str(root), str(out)],
-                                cwd=root, env=env, capture_output=True, text=True, timeout=600)
-        assert driver.returncode == 0 and out.exists(), driver.stdout[-3000:] + driver.stderr[-5000:]
+        out, driver_log = root / "out.json", root / "driver.log"
+        driver = spawn([sys.executable, str(HERE / "autoscaling_driver.py"), gcs, str(root), str(out)], env,
+                       driver_log, cwd=root)
+        try:
+            rc = driver.wait(timeout=DRIVER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            stop(driver)
+        timeline = (root / "timeline.json").read_text() if (root / "timeline.json").exists() else "none"
+        assert rc == 0 and out.exists(), (f"driver exit {rc}; timeline {timeline}\n"
+                                          f"{driver_log.read_text()[-6000:]}")
         yield json.loads(out.read_text())
     finally:
         stop(head, grace_s=10)

@@ -49,7 +49,10 @@ def cloud():
             env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_", "AWS_"))}
             env.update(s3.env)
             with mlflow_server(root, env, f"s3://{s3.bucket}/mlflow") as server:
-                env.update(MLFLOW_TRACKING_URI=server.uri, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0")
+                # RAY_memory_monitor_refresh_ms=0: Ray's OOM killer judges the whole machine's memory, and would kill
+                # these tiny trials for other processes' memory on a shared CI machine.
+                env.update(MLFLOW_TRACKING_URI=server.uri, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0",
+                           RAY_memory_monitor_refresh_ms="0")
                 yield {"root": root, "s3": s3, "mlflow": server, "env": env, "client": MlflowClient(server.uri)}
     finally:
         kill_processes_under(root)

@@ -94,7 +94,8 @@ def main(gcs: str, work: str, out: str) -> None:
         json.dump({"in_flight": in_flight, "sweep_done_s": round(sweep_done, 1),
                    "end_s": round(time.time() - t0, 1), "timeline": timeline,
                    "trials": [{"id": t.trial_id, "status": t.status, "error": t.error,
-                               "started": t.metrics.get("started", 0) - t0, "ended": t.metrics.get("ended", 0) - t0,
+                               "started": t.metrics["started"] - t0 if "started" in t.metrics else None,
+                               "ended": t.metrics["ended"] - t0 if "ended" in t.metrics else None,
                                "driver_node": str(t.metrics.get("driver_node", ""))[-5:]}
                               for t in outcome.trials]}, f, indent=1)
 

@@ -106,7 +106,8 @@ def autoscaling_sweep():
 
 
 def _max_overlap(trials) -> int:
-    events = sorted([(t["started"], 1) for t in trials] + [(t["ended"], -1) for t in trials])
+    ran = [t for t in trials if t["started"] is not None]
+    events = sorted([(t["started"], 1) for t in ran] + [(t["ended"], -1) for t in ran])
     running = peak = 0
     for _, step in events:
         running += step
@@ -123,7 +124,8 @@ def test_sweep_scales_the_cluster_out_and_back_in(autoscaling_sweep, capsys):
             print(f"  t={point['t']:7.1f} s  gpu_like nodes alive: {len(point['gpu_like_nodes'])} "
                   f"{point['gpu_like_nodes']}")
         for t in r["trials"]:
-            print(f"  trial {t['id']}: {t['status']}, training {t['started']:.1f}-{t['ended']:.1f} s")
+            when = f"{t['started']:.1f}-{t['ended']:.1f} s" if t["started"] is not None else t["error"]
+            print(f"  trial {t['id']}: {t['status']}, training {when}")
     # Sized from what the cluster can grow to (3 nodes of 1 gpu_like), not from the head's 0 at the start.
     assert r["in_flight"] == MAX_WORKERS
     assert r["timeline"][0]["gpu_like_nodes"] == []  # the cluster starts without a GPU-like node

@@ -11,6 +11,7 @@ Run as a script: Ray adds this file's directory to the workers' sys.path, so the
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -23,9 +24,13 @@ IDLE_WAIT_S = 150  # after the sweep, how long to wait for the autoscaler to rem
 def _loop(config):
     import ray.train
 
+    started = time.time()  # the worker holds its GPU-like unit from here
     for step in range(config["steps"]):
         time.sleep(config["step_s"])
         ray.train.report({"loss": 1.0 / (step + 1), "step": step})
+    os.makedirs(os.path.dirname(config["times_file"]), exist_ok=True)
+    with open(config["times_file"], "w") as f:  # one machine: the driver reads it back
+        json.dump({"started": started, "ended": time.time()}, f)
 
 
 def fit(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow_tags=None):
@@ -34,15 +39,16 @@ def fit(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    started = time.time()
+    times_file = f"{cfg.trainer.storage_path}/{run_name}.times.json"
     trainer = TorchTrainer(
-        _loop, train_loop_config={"steps": int(cfg.trainer.max_steps), "step_s": STEP_S},
+        _loop, train_loop_config={"steps": int(cfg.trainer.max_steps), "step_s": STEP_S, "times_file": times_file},
         scaling_config=ScalingConfig(num_workers=int(cfg.trainer.num_workers),
                                      resources_per_worker={"CPU": float(cfg.trainer.cpus_per_worker), GPU_LIKE: 1}),
         run_config=RunConfig(name=run_name, storage_path=cfg.trainer.storage_path, callbacks=list(callbacks or [])))
     trainer.fit()
-    return {"loss": 1.0 / int(cfg.trainer.max_steps), "started": started, "ended": time.time(),
-            "driver_node": ray.get_runtime_context().get_node_id()}
+    with open(times_file) as f:
+        times = json.load(f)  # when its worker trained (not the wait for a node)
+    return {"loss": 1.0 / int(cfg.trainer.max_steps), **times, "driver_node": ray.get_runtime_context().get_node_id()}
 
 
 def _gpu_like_nodes():

@@ -63,7 +63,8 @@ def test_bucket_uri_resolves_to_the_object_store(s3_env_set):
     sweep.write_json("raystream_sweep.json", {"parent_run_id": "p"})
     assert json.loads(s3.read("results/sweeps/smoke-abc/raystream_sweep.json")) == {"parent_run_id": "p"}
     assert sweep.read_json("raystream_sweep.json") == {"parent_run_id": "p"}
-    assert root.uri_of(f"{s3.bucket}/results/run/checkpoint_000001") == f"s3://{s3.bucket}/results/run/checkpoint_000001"
+    checkpoint = f"{s3.bucket}/results/run/checkpoint_000001"
+    assert root.uri_of(checkpoint) == f"s3://{checkpoint}"
 
 
 def test_missing_bucket_fails_before_ray_naming_the_key(s3_env_set):

@@ -22,7 +22,6 @@ retries, or `DivergedError` at the first non-finite loss or gradient, which is n
 from __future__ import annotations
 
 import copy
-import json
 import shlex
 import sys
 import tempfile
@@ -38,6 +37,8 @@ from raystream.tracking.store import client as mlflow_client_for
 from raystream.tracking.store import end_run, retry, start_run, tracking_uri
 from raystream.train import checkpoint as ckpt_files
 from raystream.train import faults
+from raystream.train import storage as results
+from raystream.train.capacity import cluster_capacity
 from raystream.train.divergence import DivergedError, raise_if_diverged
 from raystream.train.preflight import check_resources, total_steps
 from raystream.train.ray_start import start_ray
@@ -53,38 +54,6 @@ class Interrupted(KeyboardInterrupt):
 def default_run_name(cfg) -> str:
     return (f"{cfg.scenario.name}-{cfg.optimizer.name}-{cfg.stream.order}-"
             f"{time.strftime('%Y%m%d-%H%M%S')}")
-
-
-def storage_path(cfg) -> str:
-    """`trainer.storage_path` (local paths made absolute), default `./raystream_results`."""
-    path = cfg.trainer.storage_path or "raystream_results"
-    return path if "://" in path else str(Path(path).expanduser().resolve())
-
-
-def _run_dir(storage: str, name: str):
-    """(pyarrow filesystem, path in it, local path or None) of the run directory `<storage>/<name>`."""
-    import pyarrow.fs as pafs
-
-    if "://" in storage:
-        fs, base = pafs.FileSystem.from_uri(storage)
-        return fs, f"{base.rstrip('/')}/{name}", None
-    return pafs.LocalFileSystem(), f"{storage}/{name}", f"{storage}/{name}"
-
-
-def _read_run_info(fs, run_dir: str) -> Dict[str, Any]:
-    import pyarrow.fs as pafs
-
-    path = f"{run_dir}/{RUN_INFO_FILE}"
-    if fs.get_file_info(path).type != pafs.FileType.File:
-        return {}
-    with fs.open_input_stream(path) as f:
-        return json.loads(f.read().decode())
-
-
-def _write_run_info(fs, run_dir: str, info: Dict[str, Any]) -> None:
-    fs.create_dir(run_dir, recursive=True)
-    with fs.open_output_stream(f"{run_dir}/{RUN_INFO_FILE}") as f:
-        f.write(json.dumps(info, indent=1, sort_keys=True).encode())
 
 
 def _log_params(client, run_id: str, params: Dict[str, Any]) -> None:
@@ -138,7 +107,6 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     than `trainer.max_failures` times; DivergedError at the first non-finite loss or gradient (no retry);
     `Interrupted` on Ctrl-C.
     """
-    import ray
     from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
@@ -150,21 +118,23 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     check(cfg)
     total = total_steps(cfg)
     start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
-    check_resources(cfg.trainer, ray.cluster_resources())
+    check_resources(cfg.trainer, cluster_capacity())  # what the cluster can grow to (autoscaler)
 
-    storage = storage_path(cfg)
-    fs, run_dir, local_run_dir = _run_dir(storage, name)
-    info = _read_run_info(fs, run_dir)
-    resume = ckpt_files.latest(fs, run_dir)  # (path, meta) of the newest complete checkpoint, or None
+    storage = results.resolve(cfg.trainer.storage_path)  # local directory or s3:// / gs:// URI
+    run_dir = storage.child(name)
+    local_run_dir = run_dir.uri if run_dir.local else None
+    info = run_dir.read_json(RUN_INFO_FILE) or {}
+    fs = run_dir.filesystem
+    resume = ckpt_files.latest(fs, run_dir.path)  # (path, meta) of the newest complete checkpoint, or None
     uri = tracking_uri(cfg)
     client = mlflow_client_for(uri)
-    tags = {**(mlflow_tags or {}), names.TAG_RUN_DIR: run_dir if local_run_dir is None else local_run_dir}
+    tags = {**(mlflow_tags or {}), names.TAG_RUN_DIR: run_dir.uri}
     run_id = start_run(client, experiment=cfg.mlflow.experiment, uri=uri, run_name=name,
                        parent_run_id=mlflow_parent_run_id, tags=tags, resume_run_id=info.get("mlflow_run_id"))
     if resume is not None and info.get("mlflow_run_id") and run_id != info["mlflow_run_id"]:
         _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
     _log_params(client, run_id, flatten(cfg))
-    _write_run_info(fs, run_dir, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
+    run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
     if int(cfg.trainer.correlation_steps) > 0 and not info:  # the stream's Figure 1 figure, once per run
         from raystream.train.correlation import log_correlation
 
@@ -183,7 +153,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         scaling_config=ScalingConfig(num_workers=int(tcfg.num_workers), use_gpu=bool(tcfg.use_gpu),
                                      resources_per_worker=resources),
         run_config=RunConfig(
-            name=name, storage_path=storage,
+            name=name, storage_path=storage.uri,
             failure_config=FailureConfig(max_failures=int(tcfg.max_failures)),
             checkpoint_config=CheckpointConfig(num_to_keep=int(tcfg.keep_checkpoints)),
             callbacks=list(callbacks or []),
@@ -205,11 +175,11 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     kept = {Path(c.path).name for c, _ in result.best_checkpoints or []}
     if result.checkpoint is not None:
         kept.add(Path(result.checkpoint.path).name)
-    ckpt_files.prune(fs, run_dir, kept)
+    ckpt_files.prune(fs, run_dir.path, kept)
     end_run(client, run_id, status="FINISHED")
     final = dict(result.return_value or result.metrics or {})
-    final.update(mlflow_run_id=run_id, run_name=name, run_dir=str(result.path),
-                 checkpoint_path=result.checkpoint.path if result.checkpoint is not None else None)
+    final.update(mlflow_run_id=run_id, run_name=name, run_dir=storage.uri_of(str(result.path)),
+                 checkpoint_path=storage.uri_of(result.checkpoint.path) if result.checkpoint is not None else None)
     return final
 
 
@@ -251,8 +221,8 @@ def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> int:
     from raystream.data import DataError
 
     name = cfg.trainer.run_name or default_run_name(cfg)
-    print(f"raystream train: run {name} in {storage_path(cfg)}/{name} (re-run with trainer.run_name={name} to "
-          "resume it)", flush=True)
+    print(f"raystream train: run {name} in {results.uri(cfg.trainer.storage_path)}/{name} (re-run with "
+          f"trainer.run_name={name} to resume it)", flush=True)
     try:
         final = fit(cfg, run_name=name)
     except (ConfigError, DataError) as exc:

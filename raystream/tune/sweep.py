@@ -7,8 +7,9 @@ and one child run per trial.
 Ray Train V2 with Tune, as Ray 2.60 recommends: a function trainable is the driver of one `TorchTrainer` run
 (`raystream.train.run.fit`), which reports to Tune through `TuneReportCallback`. The driver needs no CPU of its
 own (it waits on the Train controller), so each trial requests no CPU (only a little memory) and
-`max_concurrent_trials` is derived from the cluster's CPUs/GPUs and the workers one trial needs: trials never
-start Train runs that cannot get workers. A trial stopped by ASHA has its driver actor killed; its Train workers
+`max_concurrent_trials` is derived from what the cluster can grow to and the workers one trial needs
+(`raystream.tune.concurrency`): an autoscaling cluster gets enough pending trials to add its nodes. A trial stopped
+by ASHA has its driver actor killed; its Train workers
 die with it and `raystream.tune.release` removes their placement group, so the next trial gets those CPUs.
 A trial whose training raised (bad video, diverged loss, any error) is recorded as failed with its reason: a
 FAILED child run with its grid and sampled values and the `raystream.error` tag (created when the trial failed
@@ -19,7 +20,8 @@ Before Ray starts: the plan (every cell's config checked), the tracking store (`
 stream (its videos fill a global batch; own videos have the evaluation data the scenario needs).
 
 Resume: the run name defaults to `<sweep>-<hash of the planned trials>`; starting the same sweep again finds the
-Tune experiment under `<storage>/sweeps/<run name>` and `Tuner.restore`s it: finished trials are kept, unfinished
+Tune experiment under `<storage>/sweeps/<run name>` (a local directory or a bucket: `raystream.train.storage`)
+and `Tuner.restore`s it: finished trials are kept, unfinished
 ones continue (each Train run resumes from its own checkpoint: its name is `<run name>-<trial id>`), failed ones
 stay failed. The MLflow parent run id is kept beside the experiment, so the same parent run continues.
 Ctrl+C ends the parent run and the child runs of the interrupted trials as KILLED. The parent's duration in MLflow
@@ -46,12 +48,17 @@ from raystream.tracking.names import (CELL_TAG, ERROR_TAG, GRID_TAG_PREFIX, ROLE
                                       SWEEP_TAG, TRIAL_TAG, TRIALS_ARTIFACT)
 from raystream.tracking.store import client as mlflow_client
 from raystream.tracking.store import experiment_id, prepare_store, retry, tracking_uri
+from raystream.train import storage as results
 from raystream.train.run import fit as train_fit
+from raystream.tune.concurrency import trials_in_flight
 from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import SweepPlan, apply_values, optuna_space, plan, structured
 
 META_FILE = "raystream_sweep.json"
 DRIVER_MEMORY = 200 * 1024 ** 2  # bytes reserved by each trial's driver (the function trainable)
+# Tune experiment state reaches trainer.storage_path (a bucket) at most this often; Ray's default, 300 s, could lose
+# 5 minutes of finished trials when the driver dies (a resumed sweep would run them again).
+SYNC_PERIOD_S = 15
 ERROR_CHARS = 500
 
 
@@ -68,7 +75,7 @@ class TrialOutcome:
 @dataclass
 class SweepOutcome:
     run_name: str
-    path: Path
+    path: str  # the Tune experiment: a local directory or a URI
     parent_run_id: str
     tracking_uri: str
     experiment: str
@@ -119,16 +126,16 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
     if fit is None:
         fit = train_fit
         check_cells(the_plan)
-    storage = Path(cfg.trainer.storage_path or "raystream_results").expanduser().resolve()
+    storage = results.resolve(cfg.trainer.storage_path)  # local directory or s3:// / gs:// URI, checked
     for cell in the_plan.cells:
         cell.config["mlflow"]["tracking_uri"] = uri
-        cell.config["trainer"]["storage_path"] = str(storage)
+        cell.config["trainer"]["storage_path"] = storage.uri
     run_name = cfg.sweep.run_name or f"{the_plan.name}-{the_plan.fingerprint()}"
-    path = storage / "sweeps" / run_name
-    meta = _read_meta(path)
+    path = storage.child("sweeps", run_name)
+    meta = path.read_json(META_FILE)
     if meta and meta.get("fingerprint") != the_plan.fingerprint():
-        raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path} holds a sweep with other trials "
-                          "(its config changed); pick another sweep.run_name or leave it unset")
+        raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path.uri} holds a sweep with other "
+                          "trials (its config changed); pick another sweep.run_name or leave it unset")
 
     from ray import tune
 
@@ -143,11 +150,10 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
     experiment = cfg.mlflow.experiment
     parent = _parent_run(uri, experiment, run_name, cfg, the_plan, meta)
     session_start = time.time()
-    path.mkdir(parents=True, exist_ok=True)
     meta = {"parent_run_id": parent, "fingerprint": the_plan.fingerprint(), "tracking_uri": uri,
             "experiment": experiment, "sweep": the_plan.name, "active_s": float((meta or {}).get("active_s", 0.0))
             if meta and meta.get("parent_run_id") == parent else 0.0}
-    _write_meta(path, meta)
+    path.write_json(META_FILE, meta)
 
     trainable = tune.with_parameters(
         trial_main,
@@ -157,15 +163,16 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
     )
     # The driver waits on its Train run: no CPU, a little memory (Ray needs a non-empty request).
     trainable = tune.with_resources(trainable, {"CPU": 0, "memory": DRIVER_MEMORY})
-    resumed = tune.Tuner.can_restore(str(path))
+    resumed = tune.Tuner.can_restore(path.uri)
     if resumed:
-        tuner = tune.Tuner.restore(str(path), trainable=trainable, resume_unfinished=True, resume_errored=False,
+        tuner = tune.Tuner.restore(path.uri, trainable=trainable, resume_unfinished=True, resume_errored=False,
                                    restart_errored=False)
     else:
         tuner = tune.Tuner(trainable, tune_config=_tune_config(cfg, the_plan),
-                           run_config=tune.RunConfig(name=run_name, storage_path=str(storage / "sweeps"),
+                           run_config=tune.RunConfig(name=run_name, storage_path=storage.child("sweeps").uri,
                                                      failure_config=tune.FailureConfig(max_failures=0),
                                                      callbacks=[ReleaseStoppedTrials()],
+                                                     sync_config=tune.SyncConfig(sync_period=SYNC_PERIOD_S),
                                                      verbose=verbose))
     client = mlflow_client(uri)
     try:
@@ -173,13 +180,13 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
     except BaseException:
         _end_parent(client, parent, "KILLED", path, meta, session_start)
         raise
-    saved = _saved_trials(path)
+    saved = _saved_trials(path.uri)
     trials = [_outcome(r, the_plan, saved) for r in grid]
     _finish_parent(client, parent, trials)
     _end_parent(client, parent, "KILLED" if any(t.status == "unfinished" for t in trials) else
                 "FINISHED" if any(t.status == "finished" for t in trials) else "FAILED", path, meta, session_start)
-    return SweepOutcome(run_name=run_name, path=path, parent_run_id=parent, tracking_uri=uri, experiment=experiment,
-                        resumed=resumed, trials=trials, seconds=time.time() - started)
+    return SweepOutcome(run_name=run_name, path=path.uri, parent_run_id=parent, tracking_uri=uri,
+                        experiment=experiment, resumed=resumed, trials=trials, seconds=time.time() - started)
 
 
 def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[str, Any]) -> Dict[str, Any]:
@@ -292,28 +299,12 @@ def _tune_config(cfg: DictConfig, the_plan: SweepPlan):
                                   reduction_factor=int(sweep.reduction_factor), max_t=10 ** 9)
     return tune.TuneConfig(metric=sweep.metric, mode=sweep.mode, search_alg=searcher, scheduler=scheduler,
                            num_samples=the_plan.num_trials,
-                           max_concurrent_trials=sweep.max_concurrent_trials or concurrent_trials(the_plan),
+                           max_concurrent_trials=trials_in_flight(sweep.max_concurrent_trials, the_plan),
                            trial_dirname_creator=_trial_dirname)
 
 
 def _trial_dirname(trial) -> str:
     return f"trial_{trial.trial_id}"
-
-
-def concurrent_trials(the_plan: SweepPlan, resources: Optional[Dict[str, float]] = None) -> int:
-    """How many Train runs fit on the cluster at once: its CPUs (and GPUs) over what one trial's workers need."""
-    import ray
-
-    resources = resources if resources is not None else ray.cluster_resources()
-    fits = []
-    for cell in the_plan.cells:
-        t = cell.config["trainer"]
-        cpus = t["num_workers"] * t["cpus_per_worker"]
-        n = int(resources.get("CPU", 0) // cpus) if cpus > 0 else the_plan.num_trials
-        if t["use_gpu"]:
-            n = min(n, int(resources.get("GPU", 0) // t["num_workers"]))
-        fits.append(n)
-    return max(1, min(fits + [the_plan.num_trials]))
 
 
 def git_commit() -> str:
@@ -328,17 +319,6 @@ def git_commit() -> str:
     if out.returncode != 0:
         return "unknown"
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
-def _read_meta(path: Path) -> Optional[Dict[str, Any]]:
-    try:
-        return json.loads((path / META_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _write_meta(path: Path, meta: Dict[str, Any]) -> None:
-    (path / META_FILE).write_text(json.dumps(meta, indent=2))
 
 
 def _parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_plan: SweepPlan,
@@ -386,14 +366,14 @@ def _parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_p
     return rid
 
 
-def _saved_trials(path: Path) -> Dict[str, Any]:
+def _saved_trials(path: str) -> Dict[str, Any]:
     """Each trial as Tune saved it for a restore (`.status`: TERMINATED, ERROR, or PENDING for a trial an interrupt
     stopped: in memory Tune marks those TERMINATED; `.config`: its values, also for a trial that failed in an
-    earlier session, whose restored result carries no config)."""
+    earlier session, whose restored result carries no config). `path`: a local directory or a bucket URI."""
     from ray.tune import ExperimentAnalysis
 
     try:
-        return {t.trial_id: t for t in ExperimentAnalysis(str(path)).trials}
+        return {t.trial_id: t for t in ExperimentAnalysis(path).trials}
     except Exception as exc:  # no saved state: treat results without an error as finished
         print(f"raystream: could not read the trial states of {path}: {exc}", file=sys.stderr)
         return {}
@@ -423,13 +403,14 @@ def _finish_parent(client, parent: str, trials: List[TrialOutcome]) -> None:
           "log trials")
 
 
-def _end_parent(client, parent: str, status: str, path: Path, meta: Dict[str, Any], session_start: float) -> None:
+def _end_parent(client, parent: str, status: str, path: "results.Storage", meta: Dict[str, Any],
+                session_start: float) -> None:
     """Close the parent run with `status`. Its end time is its start time plus the seconds every session of the sweep
     ran (kept in the sweep's meta file), so MLflow's duration leaves out the pauses between interrupt and resume.
     An interrupted sweep also ends the child runs its trials left RUNNING, as KILLED (a resume reopens them)."""
     active = float(meta.get("active_s", 0.0)) + (time.time() - session_start)
     meta["active_s"] = active
-    _write_meta(path, meta)
+    path.write_json(META_FILE, meta)
     if status == "KILLED":
         kill_running_children(client, parent)
     start_ms = retry(lambda: client.get_run(parent), "get parent run").info.start_time

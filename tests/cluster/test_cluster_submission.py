@@ -19,24 +19,20 @@ import math
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import pytest
+
+from local_cloud import BIN, answers_on, free_port, http, outbound_ip, spawn, stop, up, wait_until
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 EXPERIMENT = "cluster-e2e"
 JOB_TIMEOUT_S = 240
 
@@ -49,68 +45,6 @@ TINY = [
 ]
 SWEEP = ["raystream", "sweep", "sweep=smoke", "stream.order=batch_along_time", f"mlflow.experiment={EXPERIMENT}",
          *TINY]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _outbound_ip() -> Optional[str]:
-    """This machine's non-loopback address, if it has one (no packet is sent)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))
-            ip = s.getsockname()[0]
-    except OSError:
-        return None
-    return None if ip.startswith("127.") else ip
-
-
-def _http(url: str, token: Optional[str] = None, method: str = "GET", timeout: float = 5.0):
-    """(status, body) of one request; the status of an HTTP error instead of raising."""
-    req = urllib.request.Request(url, method=method)
-    if token is not None:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-
-
-def _spawn(cmd: List[str], env: Dict[str, str], log: Path) -> subprocess.Popen:
-    """Start `cmd` in its own process group (so that group, and only it, can be stopped)."""
-    with open(log, "w") as out:
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGTERM the process group `proc` leads; SIGKILL what is left of it once the leader is gone or after
-    `grace_s`."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:  # the whole group is gone
-        pass
-    proc.wait(timeout=10)
-
-
-def _wait_until(check, what: str, procs: List[subprocess.Popen], logs: List[Path], timeout_s: float = 120.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        for proc, log in zip(procs, logs):
-            if proc.poll() is not None:
-                pytest.fail(f"{what}: {proc.args[0]} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        time.sleep(0.5)
-    pytest.fail(f"{what}: not ready after {timeout_s:.0f}s:\n" + "\n".join(log.read_text()[-1500:] for log in logs))
 
 
 @dataclass
@@ -149,61 +83,53 @@ def local_cluster():
         # entrypoint (`raystream sweep ...`) is run with, even when pytest runs from an unactivated venv.
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
 
-        mlflow_port, dash_port = _free_port(), _free_port()
+        mlflow_port, dash_port = free_port(), free_port()
         mlflow_log, ray_log = root / "mlflow.log", root / "ray.log"
-        procs.append(_spawn([
+        procs.append(spawn([
             str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
             "--backend-store-uri", f"sqlite:///{root}/mlflow.db", "--artifacts-destination", f"file://{root}/artifacts",
         ], env, mlflow_log))
-        procs.append(_spawn([
+        procs.append(spawn([
             str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
-            f"--port={_free_port()}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",
-            f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}",
-            f"--runtime-env-agent-port={_free_port()}", f"--metrics-export-port={_free_port()}",
+            f"--port={free_port()}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",
+            f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
             "--num-cpus=2", "--num-gpus=0", f"--object-store-memory={300 * 1024 ** 2}",
             f"--temp-dir={root}/ray", "--disable-usage-stats", "--include-dashboard=true",
         ], env, ray_log))
 
         dashboard, mlflow = f"http://127.0.0.1:{dash_port}", f"http://127.0.0.1:{mlflow_port}"
 
-        def up(url, token=None):
-            try:
-                return _http(url, token, timeout=2)[0] == 200
-            except OSError:
-                return False
-
         logs = [mlflow_log, ray_log]
-        _wait_until(lambda: up(f"{dashboard}/api/version", token), "ray head", procs, logs)
-        _wait_until(lambda: up(f"{mlflow}/health"), "mlflow server", procs, logs)
+        wait_until(lambda: up(f"{dashboard}/api/version", token), "ray head", procs, logs)
+        wait_until(lambda: up(f"{mlflow}/health"), "mlflow server", procs, logs)
         yield LocalCluster(dashboard, dash_port, mlflow, mlflow_port, token, env, root)
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop(proc)
         shutil.rmtree(root, ignore_errors=True)
 
 
 def test_job_api_requires_the_token_and_listens_on_loopback_only(local_cluster):
     c = local_cluster
-    assert _http(f"{c.dashboard}/api/jobs/")[0] == 401
-    assert _http(f"{c.dashboard}/api/jobs/", token="not-the-token")[0] == 403
-    assert _http(f"{c.dashboard}/api/jobs/", token=c.token)[0] == 200
-    ip = _outbound_ip()
+    assert http(f"{c.dashboard}/api/jobs/")[0] == 401
+    assert http(f"{c.dashboard}/api/jobs/", token="not-the-token")[0] == 403
+    assert http(f"{c.dashboard}/api/jobs/", token=c.token)[0] == 200
+    ip = outbound_ip()
     if ip is None:
         pytest.skip("no non-loopback address to probe")
     for port in (c.dashboard_port, c.mlflow_port):
-        with socket.socket() as s:
-            s.settimeout(2)
-            assert s.connect_ex((ip, port)) != 0, f"port {port} answers on {ip}, not only on loopback"
+        assert not answers_on(ip, port), f"port {port} answers on {ip}, not only on loopback"
 
 
 def _job(c: LocalCluster, submission_id: str) -> Dict:
-    status, body = _http(f"{c.dashboard}/api/jobs/{submission_id}", c.token)
+    status, body = http(f"{c.dashboard}/api/jobs/{submission_id}", c.token)
     assert status == 200, body
     return json.loads(body)
 
 
 def _job_logs(c: LocalCluster, submission_id: str) -> str:
-    status, body = _http(f"{c.dashboard}/api/jobs/{submission_id}/logs", c.token)
+    status, body = http(f"{c.dashboard}/api/jobs/{submission_id}/logs", c.token)
     return json.loads(body).get("logs", "") if status == 200 else body
 
 
@@ -229,9 +155,9 @@ def test_sweep_submitted_as_a_ray_job_is_recorded_on_the_mlflow_server(local_clu
         assert job["status"] == "SUCCEEDED", f"job {job['status']}: {job.get('message')}\n" \
                                              f"{_job_logs(c, submission_id)[-6000:]}"
     finally:  # a job still running (timeout, failed assertion) is stopped before the cluster goes down
-        status, body = _http(f"{c.dashboard}/api/jobs/{submission_id}", c.token)
+        status, body = http(f"{c.dashboard}/api/jobs/{submission_id}", c.token)
         if status == 200 and json.loads(body)["status"] in ("PENDING", "RUNNING"):
-            _http(f"{c.dashboard}/api/jobs/{submission_id}/stop", c.token, method="POST")
+            http(f"{c.dashboard}/api/jobs/{submission_id}/stop", c.token, method="POST")
 
     client = MlflowClient(tracking_uri=c.mlflow)
     experiment = client.get_experiment_by_name(EXPERIMENT)

@@ -10,7 +10,7 @@ from collections import Counter
 from raystream.config import compose
 from raystream.tune.searcher import CELL_KEY, GridOptunaSearcher
 from raystream.tune.space import optuna_space, plan
-from raystream.tune.sweep import concurrent_trials
+from raystream.tune.concurrency import concurrent_trials
 
 SWEEP = """name: t
 grid:

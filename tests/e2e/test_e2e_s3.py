@@ -1,0 +1,200 @@
+"""Results on a bucket, as on a cloud cluster, with every service on 127.0.0.1: a local S3-compatible server
+(moto's server mode), an MLflow tracking server whose artifact store is that bucket, and the `raystream` CLI with
+`trainer.storage_path=s3://...`, reaching the bucket through AWS_ENDPOINT_URL and dummy credentials.
+
+ - `raystream train`: the Ray Train checkpoints, raystream's run file and the MLflow artifacts land in the bucket;
+ - `raystream sweep`: the Tune experiment state and every trial's checkpoints land in the bucket; the sweep is
+   SIGKILLed (driver and its local Ray cluster) once the bucket records a finished trial, everything local is
+   deleted (working directory, HOME, Ray's temp dir), and the same command in a fresh directory resumes it from the
+   bucket alone, without redoing the finished trial;
+ - the MLflow server: trials logged through it, its artifacts are in the bucket, its UI's search API lists the runs,
+   and it answers on loopback only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from local_cloud import answers_on, http, kill_processes_under, local_s3, mlflow_server, outbound_ip, spawn, stop
+
+pytestmark = pytest.mark.slow
+
+EXPERIMENT = "s3-e2e"
+TINY = ["trainer.max_steps=2", "trainer.checkpoint_every=1", "trainer.log_every=1", "eval.metrics=[]",
+        "stream.batch_size=4", "data.demo.num_videos=1", "data.demo.frames_per_video=48",
+        f"mlflow.experiment={EXPERIMENT}"]
+# smoke with its stream.order axis collapsed: 2 trials (AdamW, Orthogonal-AdamW), one at a time, each step slowed
+# down so the second trial is still running when the first one's end has reached the bucket.
+SWEEP = ["sweep", "sweep=smoke", "stream.order=batch_along_time", "sweep.max_concurrent_trials=1", *TINY]
+STEP_DELAY_S = "10"
+
+
+@pytest.fixture(scope="module")
+def cloud():
+    # A short root: Ray's unix sockets live under it (paths are limited to 107 bytes).
+    root = Path(tempfile.mkdtemp(prefix="rs3", dir="/tmp"))
+    try:
+        with local_s3(root) as s3:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_", "AWS_"))}
+            env.update(s3.env)
+            with mlflow_server(root, env, f"s3://{s3.bucket}/mlflow") as server:
+                # RAY_memory_monitor_refresh_ms=0: Ray's OOM killer judges the whole machine's memory, and would kill
+                # these tiny trials for other processes' memory on a shared CI machine.
+                env.update(MLFLOW_TRACKING_URI=server.uri, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0",
+                           RAY_memory_monitor_refresh_ms="0")
+                yield {"root": root, "s3": s3, "mlflow": server, "env": env, "client": MlflowClient(server.uri)}
+    finally:
+        kill_processes_under(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _workspace(root: Path, name: str, env: dict):
+    """A fresh working directory, HOME and Ray temp dir: all the local state a run has."""
+    ws = root / name
+    for d in ("cwd", "home", "ray"):
+        (ws / d).mkdir(parents=True)
+    return ws, {**env, "HOME": str(ws / "home"), "RAY_TMPDIR": str(ws / "ray")}
+
+
+def _raystream(args, root: Path):
+    return [sys.executable, "-m", "raystream.cli", *args, f"data.demo.cache_dir={root / 'demo'}"]
+
+
+def test_train_writes_checkpoints_and_mlflow_artifacts_to_the_bucket(cloud):
+    s3, root = cloud["s3"], cloud["root"]
+    ws, env = _workspace(root, "train", cloud["env"])
+    cmd = _raystream(["train", *TINY, f"trainer.storage_path=s3://{s3.bucket}/results", "trainer.run_name=single"],
+                     root)
+    out = subprocess.run(cmd, cwd=ws / "cwd", env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"checkpoint  s3://{s3.bucket}/results/single/checkpoint_" in out.stdout
+
+    keys = s3.keys("results/single/")
+    assert "results/single/raystream_run.json" in keys
+    checkpoints = {k.split("/")[2] for k in keys if k.split("/")[2].startswith("checkpoint_0")}
+    assert len(checkpoints) == 2, keys  # steps 1 and 2
+    assert not any(p.name.startswith("s3:") for p in (ws / "cwd").iterdir())
+
+    info = json.loads(s3.read("results/single/raystream_run.json"))
+    run = cloud["client"].get_run(info["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["raystream.run_dir"] == f"s3://{s3.bucket}/results/single"
+    # Artifacts go through the server to its --artifacts-destination, the bucket.
+    mlflow_keys = s3.keys(f"mlflow/{run.info.experiment_id}/{run.info.run_id}/artifacts/")
+    assert any(k.endswith("/config.yaml") for k in mlflow_keys), mlflow_keys
+    assert any(k.endswith("/model.pt") for k in mlflow_keys), mlflow_keys
+
+
+def _experiment_dirs(s3):
+    """The Tune experiments under results/sweeps/ in the bucket."""
+    return sorted({k.split("/")[2] for k in s3.keys("results/sweeps/")} - {""})  # "": the folder marker
+
+
+def _trial_statuses_in_bucket(s3, name: str):
+    """Trial statuses as the newest Tune experiment state in the bucket records them (what `Tuner.restore` reads:
+    its `trial_data` holds each trial's JSON state)."""
+    states = sorted(k for k in s3.keys(f"results/sweeps/{name}/") if "/experiment_state-" in k)
+    if not states:
+        return {}
+    trials = [json.loads(t[0]) for t in json.loads(s3.read(states[-1]))["trial_data"]]
+    return {t["trial_id"]: t["status"] for t in trials}
+
+
+@pytest.fixture(scope="module")
+def killed_and_resumed_sweep(cloud):
+    s3, root, client = cloud["s3"], cloud["root"], cloud["client"]
+    storage = [f"trainer.storage_path=s3://{s3.bucket}/results"]
+
+    # Phase 1: run until the bucket's Tune state records a finished trial, then SIGKILL the driver's process group
+    # (the driver and the Ray cluster it started) and delete every local trace of it.
+    ws1, env1 = _workspace(root, "sweep1", cloud["env"])
+    log1 = ws1 / "sweep.log"
+    proc = spawn(_raystream([*SWEEP, *storage], root), {**env1, "RAYSTREAM_STEP_DELAY_S": STEP_DELAY_S}, log1,
+                 cwd=ws1 / "cwd")
+    t0, statuses, name = time.time(), {}, None
+    try:
+        while time.time() - t0 < 480 and proc.poll() is None:
+            time.sleep(3)
+            names = _experiment_dirs(s3)
+            if names:
+                name = names[0]
+                statuses = _trial_statuses_in_bucket(s3, name)
+                if "TERMINATED" in statuses.values():
+                    break
+    finally:
+        stop(proc, grace_s=0, sig=signal.SIGKILL)
+        kill_processes_under(ws1)
+    killed_at = time.time()
+    phase1_log = log1.read_text()
+    assert "TERMINATED" in statuses.values(), f"{statuses}\n{phase1_log[-4000:]}"
+    shutil.rmtree(ws1)
+    finished_first = [t for t, s in statuses.items() if s == "TERMINATED"]
+
+    # Phase 2: the same command in a fresh directory, HOME and Ray temp dir.
+    ws2, env2 = _workspace(root, "sweep2", cloud["env"])
+    out = subprocess.run(_raystream([*SWEEP, *storage], root), cwd=ws2 / "cwd", env=env2, capture_output=True,
+                         text=True, timeout=400)
+    kill_processes_under(ws2)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`raystream.sweep_run` = '{name}'")
+    return {"out": out, "name": name, "statuses_at_kill": statuses, "finished_first": finished_first,
+            "killed_at_ms": killed_at * 1000, "runs": runs, "phase1_log": phase1_log, "ws2": ws2}
+
+
+def test_killed_sweep_resumes_from_the_bucket_alone(cloud, killed_and_resumed_sweep):
+    r, s3 = killed_and_resumed_sweep, cloud["s3"]
+    out = r["out"]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "(resumed)" in out.stdout and "2 trials finished, 0 failed" in out.stdout, out.stdout[-3000:]
+    assert len(r["statuses_at_kill"]) == 2 and len(r["finished_first"]) == 1, r["statuses_at_kill"]  # 1 left to do
+    trials = [x for x in r["runs"] if x.data.tags.get("raystream.role") == "trial"]
+    for trial_id in r["finished_first"]:  # the finished trial was not run again
+        of_trial = [x for x in trials if x.data.tags["raystream.trial_id"] == trial_id]
+        assert len(of_trial) == 1 and of_trial[0].info.end_time < r["killed_at_ms"], of_trial
+    assert sorted(x.data.tags["raystream.trial_id"] for x in trials if x.info.status == "FINISHED") == sorted(
+        r["statuses_at_kill"])
+    # Tune state and every trial's checkpoints are in the bucket; nothing went to a local `s3:` folder.
+    keys = s3.keys("results/")
+    assert any(k.startswith(f"results/sweeps/{r['name']}/experiment_state-") for k in keys)
+    assert f"results/sweeps/{r['name']}/raystream_sweep.json" in keys
+    for trial_id in r["statuses_at_kill"]:
+        assert any(k.startswith(f"results/{r['name']}-{trial_id}/checkpoint_") for k in keys), trial_id
+    assert not any(p.name.startswith("s3:") for p in (r["ws2"] / "cwd").iterdir())
+
+
+def test_mlflow_server_records_trials_with_artifacts_in_the_bucket(cloud, killed_and_resumed_sweep):
+    r, s3, server = killed_and_resumed_sweep, cloud["s3"], cloud["mlflow"]
+    parents = [x for x in r["runs"] if x.data.tags.get("raystream.role") == "sweep"]
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    parent = parents[0]
+    # The parent's report went through the server into the bucket.
+    report_keys = s3.keys(f"mlflow/{parent.info.experiment_id}/{parent.info.run_id}/artifacts/report/")
+    assert any(k.endswith("report.md") for k in report_keys), report_keys
+    # What the UI shows: its page, and the runs its search API lists (the UI's own endpoint).
+    status, page = http(f"{server.uri}/")
+    assert status == 200 and "<html" in page.lower()
+    status, body = http(f"{server.uri}/ajax-api/2.0/mlflow/runs/search", method="POST",
+                        data=json.dumps({"experiment_ids": [parent.info.experiment_id]}).encode(),
+                        headers={"Content-Type": "application/json"})
+    assert status == 200, body
+    listed = {run["info"]["run_id"] for run in json.loads(body)["runs"]}
+    assert {x.info.run_id for x in r["runs"]} <= listed
+    # --allowed-hosts: a request naming another host (a DNS-rebinding page in a browser) is refused.
+    status, body = http(f"{server.uri}/ajax-api/2.0/mlflow/runs/search", method="POST",
+                        data=json.dumps({"experiment_ids": [parent.info.experiment_id]}).encode(),
+                        headers={"Content-Type": "application/json", "Host": f"attacker.example:{server.port}"})
+    assert status == 403, (status, body[:300])
+    ip = outbound_ip()
+    if ip is not None:  # bound to loopback only
+        assert not answers_on(ip, server.port), f"MLflow answers on {ip}:{server.port}"
+        assert not answers_on(ip, s3.port), f"the S3 server answers on {ip}:{s3.port}"

@@ -1,0 +1,197 @@
+"""A cloud cluster's services on this machine, every one on 127.0.0.1, for the cluster tests: an S3-compatible
+object store (moto's server mode, from PyPI), an MLflow tracking server whose artifact store is that bucket, and
+the process-group helpers that start and stop them.
+
+Everything is started in its own process group and stopped by that group, never by name: other people's Ray
+clusters and servers on the same machine are left alone. Clients reach the object store through the standard
+`AWS_ENDPOINT_URL` and dummy credentials (`LocalS3.env`): pyarrow (Ray Train / Tune storage), boto3 (MLflow's S3
+artifact store) and the AWS CLI all read them, as they read a real endpoint and an instance profile on a cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def outbound_ip() -> Optional[str]:
+    """This machine's non-loopback address, if it has one (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            ip = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if ip.startswith("127.") else ip
+
+
+def answers_on(ip: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex((ip, port)) == 0
+
+
+def http(url: str, token: Optional[str] = None, method: str = "GET", timeout: float = 5.0,
+         data: Optional[bytes] = None, headers: Optional[Dict[str, str]] = None):
+    """(status, body) of one request; the status of an HTTP error instead of raising."""
+    req = urllib.request.Request(url, method=method, data=data, headers=headers or {})
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def up(url: str, token: Optional[str] = None) -> bool:
+    try:
+        return http(url, token, timeout=2)[0] == 200
+    except OSError:
+        return False
+
+
+def spawn(cmd: List[str], env: Dict[str, str], log: Path, cwd: Optional[Path] = None) -> subprocess.Popen:
+    """Start `cmd` in its own process group (so that group, and only it, can be stopped)."""
+    with open(log, "w") as out:
+        return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 5.0, sig: int = signal.SIGTERM) -> None:
+    """`sig` to the process group `proc` leads; SIGKILL what is left of it once the leader is gone or after
+    `grace_s`."""
+    try:
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the whole group is gone
+        pass
+    proc.wait(timeout=10)
+
+
+def kill_processes_under(root: Path) -> List[int]:
+    """SIGKILL the processes whose command line names `root` (a temp dir only this test uses): what a Ray cluster
+    started below it left behind in other process groups (e.g. nodes the fake autoscaler launched). Their ids."""
+    killed = []
+    mine = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == mine:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(root) in cmdline:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+def wait_until(check, what: str, procs: List[subprocess.Popen], logs: List[Path], timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        for proc, log in zip(procs, logs):
+            if proc.poll() is not None:
+                pytest.fail(f"{what}: {proc.args[0]} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.5)
+    pytest.fail(f"{what}: not ready after {timeout_s:.0f}s:\n" + "\n".join(log.read_text()[-1500:] for log in logs))
+
+
+@dataclass
+class LocalS3:
+    endpoint: str  # http://127.0.0.1:<port>
+    port: int
+    bucket: str
+    env: Dict[str, str]  # what a client needs: AWS_ENDPOINT_URL, dummy credentials, a region
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name=self.env["AWS_DEFAULT_REGION"],
+                            aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],
+                            aws_secret_access_key=self.env["AWS_SECRET_ACCESS_KEY"])
+
+    def keys(self, prefix: str = "") -> List[str]:
+        """Every object key in the bucket under `prefix`."""
+        pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        return [obj["Key"] for page in pages for obj in page.get("Contents", [])]
+
+    def read(self, key: str) -> bytes:
+        return self.client().get_object(Bucket=self.bucket, Key=key)["Body"].read()
+
+
+def s3_env(endpoint: str) -> Dict[str, str]:
+    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+@contextmanager
+def local_s3(root: Path, bucket: str = "raystream") -> Iterator[LocalS3]:
+    """moto's S3 server on 127.0.0.1 (a free port) with an empty `bucket`; stopped on exit."""
+    pytest.importorskip("moto.server", reason="the local S3 server needs moto[server] (dev extras)")
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    log = root / "moto.log"
+    proc = spawn([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], dict(os.environ), log)
+    try:
+        wait_until(lambda: up(f"{endpoint}/moto-api/"), "moto S3 server", [proc], [log], timeout_s=60)
+        s3 = LocalS3(endpoint, port, bucket, s3_env(endpoint))
+        s3.client().create_bucket(Bucket=bucket)
+        yield s3
+    finally:
+        stop(proc)
+
+
+@dataclass
+class MlflowServer:
+    uri: str  # http://127.0.0.1:<port>
+    port: int
+    artifacts: str  # its --artifacts-destination
+
+
+@contextmanager
+def mlflow_server(root: Path, env: Dict[str, str], artifacts_destination: str) -> Iterator[MlflowServer]:
+    """`mlflow server` on 127.0.0.1 (sqlite backend under `root`, artifacts proxied to `artifacts_destination`,
+    `--allowed-hosts` its own address), run with `env` (the object store's endpoint and credentials); stopped on
+    exit."""
+    port = free_port()
+    log = root / "mlflow.log"
+    proc = spawn([str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                  "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
+                  "--artifacts-destination", artifacts_destination,
+                  # as on the cluster (cluster/aws.yaml): only requests addressed to the server's own address
+                  "--allowed-hosts", f"127.0.0.1:{port},localhost:{port}"], env, log)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: up(f"{uri}/health"), "mlflow server", [proc], [log], timeout_s=120)
+        yield MlflowServer(uri, port, artifacts_destination)
+    finally:
+        stop(proc)

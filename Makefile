@@ -27,7 +27,7 @@ demo: install
 	$(BIN)/raystream sweep
 
 test: install-dev
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=25
 
 test-fast: install-dev
 	$(BIN)/python -m pytest tests -m "not slow"

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Mapping, Optional
 
-from raystream.config import ConfigError, check
+from raystream.config import ConfigError
 
 
 def check_evaluation_data(cfg) -> None:

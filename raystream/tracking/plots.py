@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
-from raystream.tracking import names
+import raystream.tracking.names as names
 
 Series = Sequence[Tuple[int, float]]  # (step, value), sorted by step
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from raystream.tracking import names
+import raystream.tracking.names as names
 from raystream.tracking.names import (CORRELATION_PREFIX, ERROR_TAG, GRAD_COS_MEAN, GRID_TAG_PREFIX, ROLE_TAG,
                                       SAMPLE_TAG_PREFIX, TRIALS_ARTIFACT, is_seed_key)
 

@@ -20,16 +20,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, TypeVar
 
-from raystream.tracking import names
+import raystream.tracking.names as names
 
 T = TypeVar("T")
 SQLITE = "sqlite:///"
 
 
 def tracking_uri(cfg: Any = None) -> str:
-    """The MLflow tracking URI for `cfg` (a run config, its `mlflow` node, or None), absolute when local."""
-    node = getattr(cfg, "mlflow", cfg)
-    explicit = getattr(node, "tracking_uri", None) if node is not None else None
+    """The MLflow tracking URI of the run config `cfg` (`cfg.mlflow.tracking_uri`; None: no config), absolute when
+    local."""
+    explicit = cfg.mlflow.tracking_uri if cfg is not None else None
     uri = explicit or os.environ.get("MLFLOW_TRACKING_URI") or f"{SQLITE}{Path.cwd() / 'mlflow.db'}"
     if uri.startswith(SQLITE):
         path = uri[len(SQLITE):]

@@ -17,6 +17,7 @@ from raystream.config import compose, config_dir
 from raystream.tracking import report
 from raystream.tracking.report import build_table, find_parent, write_report
 from raystream.tune.space import plan
+from raystream.train import storage
 from raystream.tune.sweep import TrialOutcome, _end_parent, _finish_parent, _parent_run, trial_tags
 
 SWEEP = """name: rep
@@ -84,7 +85,7 @@ def _populate(mlflow_uri, tmp):
             client.set_terminated(run.info.run_id, "FINISHED")
             outcomes.append(TrialOutcome(tid, cell.values, {}, "finished"))
     _finish_parent(client, parent, outcomes)
-    _end_parent(client, parent, "FINISHED", tmp, {}, time.time())
+    _end_parent(client, parent, "FINISHED", storage.resolve(str(tmp)), {}, time.time())
     return client, parent
 
 

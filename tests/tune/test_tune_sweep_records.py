@@ -15,6 +15,7 @@ from raystream.tracking import names
 from raystream.tracking.store import prepare_store
 from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import plan
+from raystream.train import storage
 from raystream.tune.sweep import _end_parent, _outcome, _parent_run, record_failed_trial, trial_tags
 
 
@@ -52,7 +53,7 @@ def test_an_interrupt_kills_running_children_and_the_pause_is_not_counted(tmp_pa
     exp = client.get_run(parent).info.experiment_id
     child = client.create_run(exp, tags={names.PARENT_RUN_TAG: parent}).info.run_id
     meta = {"active_s": 30.0}  # an earlier session ran 30 s; this one 2 s, after a long pause
-    _end_parent(client, parent, "KILLED", tmp_path, meta, time.time() - 2.0)
+    _end_parent(client, parent, "KILLED", storage.resolve(str(tmp_path)), meta, time.time() - 2.0)
     assert client.get_run(child).info.status == "KILLED"
     run = client.get_run(parent)
     assert run.info.status == "KILLED"

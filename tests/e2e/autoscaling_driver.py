@@ -5,7 +5,7 @@ until the idle nodes are gone, and writes everything to a JSON file.
 
     python tests/e2e/autoscaling_driver.py <gcs address> <work dir> <out.json>
 
-Run as a script: Ray adds this file's directory to the workers' sys.path, so the trials find `fit` below.
+Run as a script: `fit` below is pickled by value (it lives in `__main__`) into each trial.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def main(gcs: str, work: str, out: str) -> None:
     cfg = compose(overrides)
     in_flight = trials_in_flight(cfg.sweep.max_concurrent_trials, plan(cfg, overrides))
     print(f"trials in flight: {in_flight}", flush=True)
-    outcome = run_sweep(cfg, overrides, fit="autoscaling_driver:fit", verbose=1)
+    outcome = run_sweep(cfg, overrides, fit=fit, verbose=1)
     print(f"sweep done: {[(t.trial_id, t.status, t.error) for t in outcome.trials]}", flush=True)
     sweep_done = time.time() - t0
     deadline = time.time() + IDLE_WAIT_S

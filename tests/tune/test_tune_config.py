@@ -36,7 +36,7 @@ def test_smoke_is_adamw_vs_orthogonal_x_sequential_vs_shuffled():
     ]
     for c in p.cells:  # the grid values and the sweep's fixed settings reach each cell's config
         assert c.config["optimizer"]["name"] == c.values["optimizer.name"]
-        assert c.config["trainer"]["max_steps"] == 30
+        assert c.config["trainer"]["max_steps"] is None and c.config["eval"]["probe_epochs"] == 20
 
 
 BAD = [

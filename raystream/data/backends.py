@@ -9,7 +9,7 @@
 With `size`, frames are scaled inside the decoder (libswscale, bilinear: decord's VideoReader width/height, PyAV's
 `to_ndarray(width=, height=)`), so nobody resizes them in Python. Readers are created per decode worker (never
 pickled or shared across threads or processes) with one decoding thread each; decord's calls release the GIL, so
-several readers decode at once in threads (PyAV 18's do not). Both backends return identical frames on H.264 test
+several readers decode at once in threads (PyAV's overlap less). Both backends return identical frames on H.264 test
 videos at full size. `get` reads forward sequentially from the reader's
 position when the next index is close, and seeks only for backward jumps or large gaps, so callers that ask for
 contiguous chunks in order decode every frame once. Decoder failures come out as DataError naming the file.

@@ -4,8 +4,8 @@
     future = workers.submit(job)    # -> Future of a uint8 array (len(job.frames), 3, r, r)
     workers.close()
 
-decord's decoding and libswscale's scaling release the GIL, so threads decode in parallel (PyAV 18 holds it: with
-data.decoder=pyav more workers add nothing; benchmarks/stream_decode.py measures both). A job goes to the worker
+decord's decoding and libswscale's scaling release the GIL, so threads decode in parallel; PyAV releases it for
+part of its work, so its workers overlap less (benchmarks/stream_decode.py measures both). A job goes to the worker
 that decoded the previous piece of its keyframe interval, whose reader already stands there (no seek back);
 other jobs go round-robin. Readers are not thread-safe, so each lives and is closed on its own worker's thread.
 The threads are daemons, not a ThreadPoolExecutor (whose threads are joined at exit): a decode stuck in a corrupt

@@ -95,22 +95,22 @@ class SlowerAdamW(Optimizer):
         """`load_state_dict` restored the previous gradient already."""
 
     def state_dict(self) -> dict:
+        """torch's state_dict with the previous gradient as each parameter's `prev_grad` (GradCosine's indexing)."""
         sd = super().state_dict()
-        params = list(chain.from_iterable(g["params"] for g in self.param_groups))
-        index = {id(p): i for i, p in enumerate(params)}
         state = dict(sd["state"])
-        for p, g in self._cosine.previous().items():
-            state[index[id(p)]] = {**state.get(index[id(p)], {}), PREV_KEY: g.clone()}
+        for i, g in self._cosine.state_dict(self._params())["prev_grads"].items():
+            state[i] = {**state.get(i, {}), PREV_KEY: g}
         return {**sd, "state": state}
 
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)
-        params = chain.from_iterable(g["params"] for g in self.param_groups)
-        ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
-        previous = {}
-        for i, p in zip(ids, params):
+        params = self._params()
+        for p in params:
             self.state[p].pop(PREV_KEY, None)
-            g = state_dict["state"].get(i, {}).get(PREV_KEY)
-            if g is not None:
-                previous[p] = g.to(p.device)
-        self._cosine.load_previous(previous)
+        ids = chain.from_iterable(g["params"] for g in state_dict["param_groups"])
+        previous = {pos: state_dict["state"][i][PREV_KEY] for pos, i in enumerate(ids)
+                    if PREV_KEY in state_dict["state"].get(i, {})}
+        self._cosine.load_state_dict(params, {"prev_grads": previous})
+
+    def _params(self) -> list:
+        return list(chain.from_iterable(g["params"] for g in self.param_groups))

@@ -61,11 +61,21 @@ def test_flatten_gives_dotted_params():
         ("sweep.run_name=a/b", "sweep.run_name"),
         ("data.demo.canvas=48", "data.demo.canvas"),
         ("data.demo.canvas=16", "data.demo.canvas"),
+        ("optimizer.compile=maybe", "optimizer.compile"),
     ],
 )
 def test_guard_holes_are_closed(override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         compose([override])
+
+
+@pytest.mark.parametrize("overrides", [["optimizer=adamw", "optimizer.compile=true"],
+                                       ["optimizer.compile=true", "optimizer.projection=dim0"]])
+def test_the_compiled_step_is_asked_for_only_where_it_exists(overrides):
+    with pytest.raises(ConfigError, match=r"config key `optimizer` = .*expected compile: true only with name: "
+                                          r"orthogonal_adamw and projection: global or per_tensor"):
+        compose(overrides)
+    assert compose(overrides[:1] + ["optimizer.compile=false"] + overrides[2:]).optimizer.compile is False
 
 
 def test_a_wrong_type_keeps_its_reason():

@@ -1,6 +1,7 @@
 """raystream.optim: the optimizers of "Learning from Streaming Video with Orthogonal Gradients" (Han et al., 2025).
 
     OrthogonalAdamW, OrthogonalSGD   the paper's Algorithms 2 and 1 (projection + base update: orthogonal.py, sgd.py)
+    OrthogonalAdamW(compile=True)    Algorithm 2 as one torch.compile'd step (compiled.py)
     Orthogonal(base_optimizer)       the projection in front of any torch.optim.Optimizer (wrapper.py)
     SlowerAdamW                      the supplementary baseline: AdamW slowed by 1 - cos(g_t, g_{t-1}) (slower.py)
     build_optimizer(params, cfg)     the optimizer a run config names (factory.py)

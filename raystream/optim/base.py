@@ -98,6 +98,7 @@ class OrthogonalMixin:
         self._fresh: List[tuple] = []  # (EMA view, parameter index) of EMAs laid out without a value this step
         self._relaid = False  # the layout changed this step: _update_emas stores its views in the state
         self._pending: Optional[tuple] = None  # what _update_emas needs of the last _project
+        self._flat_layout = True  # False: EMAs stay tensors of their own (a compiled step updates them in place)
         if projection == "dim0":
             flat = [p for g in self.param_groups for p in g["params"]]
             bad = [tuple(p.shape) for p in flat if p.dim() == 0 or p.shape[0] == 1]
@@ -131,7 +132,8 @@ class OrthogonalMixin:
         if not params:
             return []
         cos_prev = self._cosine.update(params, grads) if self._cosine is not None else None
-        flat = foreach and self.projection != "dim0" and all(g.dtype == ema_dtype(g) for g in grads)
+        flat = foreach and self._flat_layout and self.projection != "dim0" and \
+            all(g.dtype == ema_dtype(g) for g in grads)
         u, gc, cc, uu = (self._project_flat if flat else self._project_lists)(params, grads, foreach)
         self._pending = (params, grads, betas, foreach, flat)
         if self._cosine is not None:

@@ -27,7 +27,7 @@ def _sgd(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
 def _orthogonal_adamw(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
     return OrthogonalAdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
                            orth_beta=cfg.orth_beta, projection=cfg.projection, orth_init=cfg.orth_init,
-                           diagnostics=diagnostics)
+                           diagnostics=diagnostics, compile=cfg.compile)
 
 
 def _orthogonal_sgd(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:

@@ -20,7 +20,8 @@ never projected. `projection="dim0", orth_init="first_grad"` reproduces the publ
 
 Gradients are projected where `step()` sees them: after DDP has all-reduced (averaged) them across workers, so every
 worker projects the same global gradient against the same EMA. The projection and the EMA are base.py's (maths in
-projection.py); the AdamW update is adamw_math.py's.
+projection.py); the AdamW update is adamw_math.py's. `compile=True` runs the same step as one torch.compile'd
+function (compiled.py), from the second step on (the first creates the state and is never projected).
 """
 
 from __future__ import annotations
@@ -29,10 +30,13 @@ from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
+from torch._dynamo.exc import BackendCompilerFailed
 from torch.optim import Optimizer
 
 from raystream.optim.adamw_math import adamw_foreach, adamw_fused, adamw_single, fused_supported, init_adamw_state
-from raystream.optim.base import OrthogonalMixin, check_hparam, evaluate_closure, split
+from raystream.optim.base import EMA_KEY, OrthogonalMixin, check_hparam, evaluate_closure, split
+from raystream.optim.compiled import orthogonal_adamw_
+from raystream.optim.reductions import cosine, ratio
 
 
 class OrthogonalAdamW(OrthogonalMixin, Optimizer):
@@ -42,13 +46,15 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
     bf16/fp16 parameters). Param groups may set their own lr, betas, eps, weight_decay and orth_beta.
     Implementations: the multi-tensor path (default) projects with a few whole-model ops and then runs torch's fused
     AdamW kernel on u_t (`fused=None`: wherever torch supports it) or torch._foreach_ AdamW ops (`fused=False`);
-    `foreach=False` is the single-tensor reference path. All agree to rounding.
+    `foreach=False` is the single-tensor reference path. `compile=True` fuses projection, EMA and AdamW with
+    torch.compile (fp32/fp64 parameters on one device, "global" or "per_tensor" projection): the fastest path once
+    compiled, at a first-step compilation of about a minute. All agree to rounding.
     """
 
     def __init__(self, params, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.01, orth_beta: float = 0.9, projection: str = "global",
                  orth_init: str = "zero", *, maximize: bool = False, foreach: Optional[bool] = None,
-                 fused: Optional[bool] = None, diagnostics: bool = False):
+                 fused: Optional[bool] = None, diagnostics: bool = False, compile: bool = False):
         check_hparam("lr", lr, lr >= 0, ">= 0")
         check_hparam("eps", eps, eps >= 0, ">= 0")
         check_hparam("weight_decay", weight_decay, weight_decay >= 0, ">= 0")
@@ -56,10 +62,17 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
         check_hparam("betas[1]", betas[1], 0 <= betas[1] < 1, "in [0, 1)")
         check_hparam("fused", fused, not (fused and foreach is False),
                      "not True together with foreach=False (the fused kernel is a multi-tensor path)")
+        check_hparam("compile", compile, not compile or (foreach is not False and fused is not False),
+                     "False with foreach=False or fused=False (the compiled step is the fused multi-tensor path)")
+        check_hparam("compile", compile, not compile or projection in ("global", "per_tensor"),
+                     f"False with projection={projection!r} (it compiles the 'global' and 'per_tensor' projections)")
+        self.compile = compile
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, orth_beta=orth_beta,
                         maximize=maximize, foreach=foreach, fused=fused)
         super().__init__(params, defaults)
         self._init_orthogonal(projection, orth_init, orth_eps=eps, diagnostics=diagnostics)
+        self._flat_layout = not compile  # compiled: EMAs are tensors of their own, no [g; c] scratch row
+        self._hyper: dict = {}  # compiled: (lr, weight_decay) 0-dim device tensors per param group
 
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)
@@ -69,12 +82,22 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
         elif group["fused"] and not fused_supported(group["params"]):
             raise ValueError("Invalid fused: True (torch's fused AdamW does not support these parameters' devices "
                              "or dtypes)")
+        if getattr(self, "compile", False):
+            bad = sorted({str(p.dtype) for p in group["params"] if p.dtype not in (torch.float32, torch.float64)})
+            devices = {p.device for g in self.param_groups for p in g["params"]}
+            check_hparam("compile", True, not bad, f"False with {', '.join(bad)} parameters (the compiled step "
+                         "takes fp32/fp64 parameters; train in bf16 with autocast, which keeps them fp32)")
+            check_hparam("compile", True, len(devices) == 1, "False with parameters on several devices "
+                         f"({', '.join(sorted(map(str, devices)))})")
 
     @torch.no_grad()
     def step(self, closure=None):
         loss = evaluate_closure(closure)  # first: the projection must see the gradients the closure produces
         groups = self._gradients()
         if not any(ps for _, ps, _ in groups):
+            return loss
+        if self.compile and self._compiled_ready(groups):
+            self._compiled_step(groups)
             return loss
         foreach = self._foreach()
         u = self._project(groups, foreach)  # u_t of every parameter
@@ -92,3 +115,36 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
         kernel(ps, us, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
                [s["step"] for s in states], lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
                weight_decay=group["weight_decay"], maximize=group["maximize"], scratch=scratch)
+
+    def _compiled_ready(self, groups) -> bool:
+        """Every parameter with a gradient has its EMA and AdamW state (so from the second step on, and again one
+        step after `reset_orthogonal_state()`)."""
+        return all(EMA_KEY in self.state[p] and "step" in self.state[p] for _, ps, _ in groups for p in ps)
+
+    def _compiled_step(self, groups) -> None:
+        params = [p for _, ps, _ in groups for p in ps]
+        grads = [g for _, _, gs in groups for g in gs]
+        cos_prev = self._cosine.update(params, grads) if self._cosine is not None else None
+        args = []
+        for group, ps, gs in groups:
+            states = [self.state[p] for p in ps]
+            lr, wd = self._hyper.get(id(group)) or self._hyper.setdefault(
+                id(group), tuple(ps[0].new_zeros(()) for _ in range(2)))  # in the parameters' dtype
+            lr.fill_(group["lr"])  # a kernel argument, not a host-to-device copy
+            wd.fill_(group["weight_decay"])
+            beta1, beta2 = group["betas"]
+            args.append(([*ps], [*gs], [s[EMA_KEY] for s in states], [s["exp_avg"] for s in states],
+                         [s["exp_avg_sq"] for s in states], [s["step"] for s in states], lr, wd,
+                         (float(beta1), float(beta2), float(group["eps"]), float(group["orth_beta"]),
+                          bool(group["maximize"]))))
+        try:
+            gc, cc, uu = orthogonal_adamw_(args, self.projection, self._cosine is not None)
+        except BackendCompilerFailed as e:
+            raise RuntimeError(
+                f"OrthogonalAdamW(compile=True): torch.compile could not build the fused step "
+                f"({str(e).strip().splitlines()[0][:300]}). Inductor needs a C++ compiler on CPU and Triton on GPU; "
+                "set compile=False (optimizer.compile=false) to use the stock-op step.") from e
+        if self._cosine is not None:
+            gg = self._cosine.sq
+            self._diag = {"grad_cos_prev": cos_prev, "grad_cos_ema": cosine(gc, gg, cc),
+                          "update_norm_ratio": ratio(uu, gg)}

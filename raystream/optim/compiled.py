@@ -1,0 +1,95 @@
+"""Algorithm 2 as one compiled step: projection, EMA and AdamW fused by torch.compile into two passes over memory.
+
+The stock-op step (orthogonal.py) reads and writes each parameter-sized array about 17 times per step against
+torch's fused AdamW kernel's 7: u_t is materialised, the gradient is copied into the flat [g; c] buffer, c is
+updated in a pass of its own. Here the whole update is written once, element by element, and torch.compile
+(inductor: C++ on CPU, Triton on GPU) turns it into one reduction pass (g . c and c . c of every tensor, reading g
+and c) and one pass that reads p, g, c, m, v and writes p, c, m, v: 11 arrays, the physical bound of the global
+projection.
+
+    k   = (sum_i g_i . c_i) / (sum_i c_i . c_i)           (0 when c = 0; per tensor for projection="per_tensor")
+    u_i = g_i - k c_i ;   c_i <- c_i + (1 - orth_beta)(g_i - c_i)
+    AdamW on u_i as torch.optim.AdamW: p <- p (1 - lr wd) - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+
+lr and weight decay are 0-dim tensors, so learning-rate and weight-decay schedules do not recompile; a new set of
+parameter shapes or a changed beta does. The first compilation takes about a minute for a ViT on two CPU cores
+(cached on disk by inductor afterwards). Every value stays on the device: no host sync.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from raystream.optim.projection import safe_ratio
+
+# One param group: (params, grads, emas, exp_avgs, exp_avg_sqs, steps, lr, weight_decay,
+#                   (beta1, beta2, eps, orth_beta, maximize)); lr and weight_decay 0-dim tensors.
+Group = Tuple[List[Tensor], List[Tensor], List[Tensor], List[Tensor], List[Tensor], List[Tensor], Tensor, Tensor,
+              Tuple[float, float, float, float, bool]]
+# Per param group: 1 - lr wd, and per tensor lr / (1 - b1^t) and 1 / sqrt(1 - b2^t).
+Scalars = Tuple[Tensor, Tensor, Tensor]
+
+
+def dot_products(grads: Sequence[Tensor], emas: Sequence[Tensor]) -> Tensor:
+    """(g_i . c_i, c_i . c_i) of every tensor, shape (n, 2): one pass reading g and c."""
+    return torch.stack([torch.stack([torch.sum(g * c), torch.sum(c * c)]) for g, c in zip(grads, emas)])
+
+
+def update_(groups: Sequence[Group], ks: Tensor, scalars: Sequence[Scalars],
+            with_update_norm: bool) -> Optional[Tensor]:
+    """u_i = g_i - k_i c_i, the EMA and AdamW on u_i, in place: one pass reading p, g, c, m, v and writing p, c, m,
+    v. `ks` holds one k per tensor (the same value for the global projection). The bias corrections come in
+    `scalars`, computed before the pass: a power evaluated inside it would be evaluated per element. Returns
+    sum u . u (diagnostics)."""
+    uus = []
+    i = 0
+    for group, (decay, step_size, inv_bc2) in zip(groups, scalars):
+        params, grads, emas, exp_avgs, exp_avg_sqs = group[:5]
+        beta1, beta2, eps, orth_beta, maximize = group[8]
+        for j, (p, g, c, m, v) in enumerate(zip(params, grads, emas, exp_avgs, exp_avg_sqs)):
+            u = g - ks[i] * c
+            i += 1
+            c.lerp_(g, 1 - orth_beta)
+            if with_update_norm:
+                uus.append(torch.sum(u * u))
+            if maximize:
+                u = -u
+            m.lerp_(u, 1 - beta1)
+            v.mul_(beta2).addcmul_(u, u, value=1 - beta2)
+            p.mul_(decay).sub_(step_size[j] * m / (v.sqrt() * inv_bc2[j] + eps))
+    return torch.stack(uus).sum() if with_update_norm else None
+
+
+_compiled: Dict = {}
+
+
+def _compiled_fn(fn):
+    """`fn` compiled once per process (inductor then caches a graph per set of shapes and flags)."""
+    if fn not in _compiled:
+        _compiled[fn] = torch.compile(fn, fullgraph=True, dynamic=False, options={"size_asserts": False})
+    return _compiled[fn]
+
+
+def fused_step_(groups: Sequence[Group], scalars: Sequence[Scalars], projection: str,
+                with_update_norm: bool) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    """The two passes and the projection coefficient between them: the function torch.compile sees."""
+    dots = dot_products([g for group in groups for g in group[1]], [c for group in groups for c in group[2]])
+    gc, cc = dots[:, 0].sum(), dots[:, 1].sum()
+    ks = safe_ratio(gc, cc).expand(dots.shape[0]) if projection == "global" else safe_ratio(dots[:, 0], dots[:, 1])
+    return gc, cc, update_(groups, ks, scalars, with_update_norm)
+
+
+def orthogonal_adamw_(groups: Sequence[Group], projection: str,
+                      with_update_norm: bool) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    """One Orthogonal-AdamW step of every parameter, in place: the step counters and bias corrections (a few
+    device ops per param group, whatever the number of tensors), then the compiled passes. Every parameter must
+    already have its EMA and AdamW state. Returns (sum g . c, sum c . c, sum u . u or None)."""
+    scalars = []
+    for _, _, _, _, _, steps, lr, wd, (beta1, beta2, *_) in groups:
+        torch._foreach_add_(steps, 1)
+        t = torch.stack(steps).to(lr.dtype)
+        scalars.append((1 - lr * wd, lr / (1 - beta1 ** t), torch.rsqrt(1 - beta2 ** t)))
+    return _compiled_fn(fused_step_)(groups, scalars, projection, with_update_norm)

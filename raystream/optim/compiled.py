@@ -26,8 +26,9 @@ from torch import Tensor
 from raystream.optim.projection import safe_ratio
 
 # One param group: (params, grads, emas, exp_avgs, exp_avg_sqs, steps, lr, weight_decay,
-#                   (beta1, beta2, eps, orth_beta, maximize)); lr and weight_decay 0-dim tensors.
-Group = Tuple[List[Tensor], List[Tensor], List[Tensor], List[Tensor], List[Tensor], List[Tensor], Tensor, Tensor,
+#                   (beta1, beta2, eps, orth_beta, maximize)); steps is one tensor holding the step counter of each
+#                   parameter (their AdamW state["step"] are views of it); lr and weight_decay 0-dim tensors.
+Group = Tuple[List[Tensor], List[Tensor], List[Tensor], List[Tensor], List[Tensor], Tensor, Tensor, Tensor,
               Tuple[float, float, float, float, bool]]
 # Per param group: 1 - lr wd, and per tensor lr / (1 - b1^t) and 1 / sqrt(1 - b2^t).
 Scalars = Tuple[Tensor, Tensor, Tensor]
@@ -89,7 +90,6 @@ def orthogonal_adamw_(groups: Sequence[Group], projection: str,
     already have its EMA and AdamW state. Returns (sum g . c, sum c . c, sum u . u or None)."""
     scalars = []
     for _, _, _, _, _, steps, lr, wd, (beta1, beta2, *_) in groups:
-        torch._foreach_add_(steps, 1)
-        t = torch.stack(steps).to(lr.dtype)
+        t = steps.add_(1).to(lr.dtype)
         scalars.append((1 - lr * wd, lr / (1 - beta1 ** t), torch.rsqrt(1 - beta2 ** t)))
     return _compiled_fn(fused_step_)(groups, scalars, projection, with_update_norm)

@@ -73,6 +73,7 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
         self._init_orthogonal(projection, orth_init, orth_eps=eps, diagnostics=diagnostics)
         self._flat_layout = not compile  # compiled: EMAs are tensors of their own, no [g; c] scratch row
         self._hyper: dict = {}  # compiled: (lr, weight_decay) 0-dim device tensors per param group
+        self._steps: dict = {}  # compiled: per param group, one tensor whose elements are its state["step"]s
 
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)
@@ -121,6 +122,19 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
         step after `reset_orthogonal_state()`)."""
         return all(EMA_KEY in self.state[p] and "step" in self.state[p] for _, ps, _ in groups for p in ps)
 
+    def _step_counters(self, group: dict, states: List[dict]) -> Tensor:
+        """One tensor of the group's step counters, whose elements the states' "step" entries are (views): one op
+        advances them all. Laid out again when a counter was replaced (a loaded state_dict, another set of
+        parameters with gradients)."""
+        laid = self._steps.get(id(group))
+        if laid is None or len(laid[1]) != len(states) or any(v is not s["step"] for v, s in zip(laid[1], states)):
+            buf = torch.stack([s["step"] for s in states])
+            views = list(buf.unbind(0))
+            for s, v in zip(states, views):
+                s["step"] = v
+            laid = self._steps[id(group)] = (buf, views)
+        return laid[0]
+
     def _compiled_step(self, groups) -> None:
         params = [p for _, ps, _ in groups for p in ps]
         grads = [g for _, _, gs in groups for g in gs]
@@ -134,7 +148,7 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
             wd.fill_(group["weight_decay"])
             beta1, beta2 = group["betas"]
             args.append(([*ps], [*gs], [s[EMA_KEY] for s in states], [s["exp_avg"] for s in states],
-                         [s["exp_avg_sq"] for s in states], [s["step"] for s in states], lr, wd,
+                         [s["exp_avg_sq"] for s in states], self._step_counters(group, states), lr, wd,
                          (float(beta1), float(beta2), float(group["eps"]), float(group["orth_beta"]),
                           bool(group["maximize"]))))
         try:

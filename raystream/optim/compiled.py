@@ -90,6 +90,9 @@ def orthogonal_adamw_(groups: Sequence[Group], projection: str,
     already have its EMA and AdamW state. Returns (sum g . c, sum c . c, sum u . u or None)."""
     scalars = []
     for _, _, _, _, _, steps, lr, wd, (beta1, beta2, *_) in groups:
-        t = steps.add_(1).to(lr.dtype)
+        t = (steps + 1).to(lr.dtype)
         scalars.append((1 - lr * wd, lr / (1 - beta1 ** t), torch.rsqrt(1 - beta2 ** t)))
-    return _compiled_fn(fused_step_)(groups, scalars, projection, with_update_norm)
+    out = _compiled_fn(fused_step_)(groups, scalars, projection, with_update_norm)
+    for group in groups:  # after the step: one that failed to compile has changed nothing
+        group[5].add_(1)
+    return out

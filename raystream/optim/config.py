@@ -24,9 +24,9 @@ class OptimizerConfig:
     None keeps it constant; a value makes it follow DINO's cosine from `weight_decay` to `weight_decay_end` over
     the run (raystream/train/schedule.py).
 
-    `compile` (orthogonal_adamw only) runs projection, EMA and AdamW as one torch.compile'd step: on CPU 1.76x the
-    time of torch's fused AdamW instead of 2.8x (benchmarks/optimizer_step.py), for a compilation of about a
-    minute at the run's second step (cached on disk afterwards). It needs a C++ compiler (CPU) or Triton (GPU),
+    `compile` (orthogonal_adamw only) runs projection, EMA and AdamW as one torch.compile'd step: on CPU
+    1.76-1.85x the time of torch's fused AdamW instead of 2.8x (benchmarks/optimizer_step.py), for a compilation of
+    about a minute at the run's second step (cached on disk afterwards). It needs a C++ compiler (CPU) or Triton (GPU),
     fp32 parameters and the global or per_tensor projection.
     """
 

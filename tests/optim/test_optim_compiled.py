@@ -148,16 +148,20 @@ def test_half_precision_parameters_are_refused_with_the_remedy():
 
 def test_a_missing_compiler_says_how_to_run_without_one(tmp_path):
     """Inductor needs a C++ compiler on CPU: without one the second step (the first compiled one) fails with the
-    setting to change, not inductor's traceback."""
+    setting to change, not inductor's traceback, and leaves parameters and state as they were."""
     code = textwrap.dedent("""
         import torch, torch._inductor.config as c
         from raystream.optim import OrthogonalAdamW
         c.cpp.cxx = ("/nonexistent/c++",)
         p = torch.nn.Parameter(torch.randn(4, 3))
         opt = OrthogonalAdamW([p], compile=True)
-        for _ in range(2):
-            p.grad = torch.randn(4, 3)
+        p.grad = torch.randn(4, 3)
+        opt.step()
+        before = {k: v.clone() for k, v in opt.state[p].items()}, p.detach().clone()
+        try:
             opt.step()
+        finally:  # the failed step changed nothing
+            assert all(torch.equal(before[0][k], v) for k, v in opt.state[p].items()) and torch.equal(before[1], p)
     """)
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)

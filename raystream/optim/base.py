@@ -136,11 +136,16 @@ class OrthogonalMixin:
             all(g.dtype == ema_dtype(g) for g in grads)
         u, gc, cc, uu = (self._project_flat if flat else self._project_lists)(params, grads, foreach)
         self._pending = (params, grads, betas, foreach, flat)
+        self._record_diagnostics(cos_prev, gc, cc, uu)
+        return u
+
+    def _record_diagnostics(self, cos_prev: Optional[Tensor], gc: Optional[Tensor], cc: Optional[Tensor],
+                            uu: Optional[Tensor]) -> None:
+        """This step's diagnostics from cos(g_t, g_{t-1}), g . c, c . c and u . u (with diagnostics on)."""
         if self._cosine is not None:
             gg = self._cosine.sq
             self._diag = {"grad_cos_prev": cos_prev, "grad_cos_ema": cosine(gc, gg, cc),
                           "update_norm_ratio": ratio(uu, gg)}
-        return u
 
     def _update_emas(self) -> None:
         """c_t = beta c_{t-1} + (1 - beta) g_t of the RAW gradients of the last `_project`; a missing EMA starts as

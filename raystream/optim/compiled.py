@@ -18,18 +18,29 @@ parameter shapes or a changed beta does. The first compilation takes about a min
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from raystream.optim.projection import safe_ratio
 
-# One param group: (params, grads, emas, exp_avgs, exp_avg_sqs, steps, lr, weight_decay,
-#                   (beta1, beta2, eps, orth_beta, maximize)); steps is one tensor holding the step counter of each
-#                   parameter (their AdamW state["step"] are views of it); lr and weight_decay 0-dim tensors.
-Group = Tuple[List[Tensor], List[Tensor], List[Tensor], List[Tensor], List[Tensor], Tensor, Tensor, Tensor,
-              Tuple[float, float, float, float, bool]]
+
+class Group(NamedTuple):
+    """One param group's tensors and constants. `steps` holds the step counter of each parameter (their AdamW
+    state["step"] are views of it); `lr` and `weight_decay` are 0-dim tensors, so schedules do not recompile."""
+
+    params: List[Tensor]
+    grads: List[Tensor]
+    emas: List[Tensor]
+    exp_avgs: List[Tensor]
+    exp_avg_sqs: List[Tensor]
+    steps: Tensor
+    lr: Tensor
+    weight_decay: Tensor
+    hyper: Tuple[float, float, float, float, bool]  # (beta1, beta2, eps, orth_beta, maximize)
+
+
 # Per param group: 1 - lr wd, and per tensor lr / (1 - b1^t) and 1 / sqrt(1 - b2^t).
 Scalars = Tuple[Tensor, Tensor, Tensor]
 
@@ -48,9 +59,9 @@ def update_(groups: Sequence[Group], ks: Tensor, scalars: Sequence[Scalars],
     uus = []
     i = 0
     for group, (decay, step_size, inv_bc2) in zip(groups, scalars):
-        params, grads, emas, exp_avgs, exp_avg_sqs = group[:5]
-        beta1, beta2, eps, orth_beta, maximize = group[8]
-        for j, (p, g, c, m, v) in enumerate(zip(params, grads, emas, exp_avgs, exp_avg_sqs)):
+        beta1, beta2, eps, orth_beta, maximize = group.hyper
+        for j, (p, g, c, m, v) in enumerate(zip(group.params, group.grads, group.emas, group.exp_avgs,
+                                                group.exp_avg_sqs)):
             u = g - ks[i] * c
             i += 1
             c.lerp_(g, 1 - orth_beta)
@@ -77,7 +88,7 @@ def _compiled_fn(fn):
 def fused_step_(groups: Sequence[Group], scalars: Sequence[Scalars], projection: str,
                 with_update_norm: bool) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
     """The two passes and the projection coefficient between them: the function torch.compile sees."""
-    dots = dot_products([g for group in groups for g in group[1]], [c for group in groups for c in group[2]])
+    dots = dot_products([g for group in groups for g in group.grads], [c for group in groups for c in group.emas])
     gc, cc = dots[:, 0].sum(), dots[:, 1].sum()
     ks = safe_ratio(gc, cc).expand(dots.shape[0]) if projection == "global" else safe_ratio(dots[:, 0], dots[:, 1])
     return gc, cc, update_(groups, ks, scalars, with_update_norm)
@@ -89,10 +100,11 @@ def orthogonal_adamw_(groups: Sequence[Group], projection: str,
     device ops per param group, whatever the number of tensors), then the compiled passes. Every parameter must
     already have its EMA and AdamW state. Returns (sum g . c, sum c . c, sum u . u or None)."""
     scalars = []
-    for _, _, _, _, _, steps, lr, wd, (beta1, beta2, *_) in groups:
-        t = (steps + 1).to(lr.dtype)
-        scalars.append((1 - lr * wd, lr / (1 - beta1 ** t), torch.rsqrt(1 - beta2 ** t)))
+    for group in groups:
+        beta1, beta2 = group.hyper[:2]
+        lr, t = group.lr, (group.steps + 1).to(group.lr.dtype)
+        scalars.append((1 - lr * group.weight_decay, lr / (1 - beta1 ** t), torch.rsqrt(1 - beta2 ** t)))
     out = _compiled_fn(fused_step_)(groups, scalars, projection, with_update_norm)
     for group in groups:  # after the step: one that failed to compile has changed nothing
-        group[5].add_(1)
+        group.steps.add_(1)
     return out

@@ -35,8 +35,7 @@ from torch.optim import Optimizer
 
 from raystream.optim.adamw_math import adamw_foreach, adamw_fused, adamw_single, fused_supported, init_adamw_state
 from raystream.optim.base import EMA_KEY, OrthogonalMixin, check_hparam, evaluate_closure, split
-from raystream.optim.compiled import orthogonal_adamw_
-from raystream.optim.reductions import cosine, ratio
+from raystream.optim.compiled import Group, orthogonal_adamw_
 
 
 class OrthogonalAdamW(OrthogonalMixin, Optimizer):
@@ -83,7 +82,7 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
         elif group["fused"] and not fused_supported(group["params"]):
             raise ValueError("Invalid fused: True (torch's fused AdamW does not support these parameters' devices "
                              "or dtypes)")
-        if getattr(self, "compile", False):
+        if self.compile:  # set before Optimizer.__init__ adds the first groups
             bad = sorted({str(p.dtype) for p in group["params"] if p.dtype not in (torch.float32, torch.float64)})
             devices = {p.device for g in self.param_groups for p in g["params"]}
             check_hparam("compile", True, not bad, f"False with {', '.join(bad)} parameters (the compiled step "
@@ -147,10 +146,10 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
             lr.fill_(group["lr"])  # a kernel argument, not a host-to-device copy
             wd.fill_(group["weight_decay"])
             beta1, beta2 = group["betas"]
-            args.append(([*ps], [*gs], [s[EMA_KEY] for s in states], [s["exp_avg"] for s in states],
-                         [s["exp_avg_sq"] for s in states], self._step_counters(group, states), lr, wd,
-                         (float(beta1), float(beta2), float(group["eps"]), float(group["orth_beta"]),
-                          bool(group["maximize"]))))
+            args.append(Group([*ps], [*gs], [s[EMA_KEY] for s in states], [s["exp_avg"] for s in states],
+                              [s["exp_avg_sq"] for s in states], self._step_counters(group, states), lr, wd,
+                              (float(beta1), float(beta2), float(group["eps"]), float(group["orth_beta"]),
+                               bool(group["maximize"]))))
         try:
             gc, cc, uu = orthogonal_adamw_(args, self.projection, self._cosine is not None)
         except BackendCompilerFailed as e:
@@ -158,7 +157,4 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
                 f"OrthogonalAdamW(compile=True): torch.compile could not build the fused step "
                 f"({str(e).strip().splitlines()[0][:300]}). Inductor needs a C++ compiler on CPU and Triton on GPU; "
                 "set compile=False (optimizer.compile=false) to use the stock-op step.") from e
-        if self._cosine is not None:
-            gg = self._cosine.sq
-            self._diag = {"grad_cos_prev": cos_prev, "grad_cos_ema": cosine(gc, gg, cc),
-                          "update_norm_ratio": ratio(uu, gg)}
+        self._record_diagnostics(cos_prev, gc, cc, uu)

@@ -6,6 +6,7 @@
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
     raystream data make-demo [overrides]
     raystream data correlation [overrides] [--checkpoint PATH] [--steps N]
+    raystream data index VIDEOS [overrides]
 
 Every subcommand composes and checks the config first, so a bad key fails before Ray starts; `train` and `sweep`
 also check the MLflow tracking store and the evaluation data before Ray starts. Exit 2: bad config, data or
@@ -64,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--world-size", type=_at_least(1), default=None)
     m = dsub.add_parser("make-demo", help="write the bundled demo videos (cached)")
     m.add_argument("overrides", nargs="*")
+    x = dsub.add_parser("index", help="write raystream-index.json beside the videos (frames, fps, size, ETag per "
+                                       "video), so no node probes them")
+    x.add_argument("videos", help="what data.videos takes: a directory, prefix URI, manifest or video")
+    x.add_argument("overrides", nargs="*")
     # correlation: consecutive batches' gradient cosine, configured order vs shuffled (raystream/train/correlation.py)
     c = dsub.add_parser("correlation", help="one JSON line: mean cosine of consecutive batches' gradients at fixed "
                                              "weights, configured order vs shuffled (the paper's Figure 1)")
@@ -112,6 +117,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from raystream.data.inspect import main as inspect_main
 
         return inspect_main(cfg, batches=args.batches, start_step=args.start_step, world_size=args.world_size)
+    if args.data_command == "index":
+        from raystream.data.index import main as index_main
+
+        return index_main(cfg, args.videos)
     if args.data_command == "correlation":
         from raystream.train.correlation import main as correlation_main
 

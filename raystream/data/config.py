@@ -46,6 +46,8 @@ class DataConfig:
     `videos` is a list of paths, a directory, or a manifest file (one path per line, or CSV with `path`[,`label`]).
     When it is None the demo videos described by `demo` are generated on first use and used.
     `heldout_videos` (same forms) feeds `build_heldout_stream`; None with the demo means held-out demo videos.
+    Any of these may be or hold URIs of an object store (s3://bucket/prefix/, a manifest object, a video object;
+    raystream/data/remote.py): each node fetches the videos into its cache (`cache_dir`) ahead of the stream.
     """
 
     name: str = "moving_digits"
@@ -67,6 +69,12 @@ class DataConfig:
     decord_reset_frames: int = 1  # >0: after this many frames, flush decord's decoder at the next keyframe (a seek,
     # nothing decoded twice), so the frames decord queues ahead stay bounded by the GOP, not the video's length
     # (see backends.DecordReader); 0 = never (decord's memory then rises to an erratic, higher level)
+    # videos from an object store (s3://, gs://; raystream/data/cache.py): each node downloads each video once
+    cache_dir: Optional[str] = None  # the node cache; None = $RAYSTREAM_CACHE_DIR/videos, else ~/.cache/raystream/
+    # videos, read on each node
+    cache_limit_gb: Optional[float] = None  # bound on the node cache's videos (None = no bound); passed videos go first
+    prefetch_videos: int = 2  # videos fetched ahead of those the current step reads
+    download_retries: int = 3  # retries of a failed download (with back-off) before a DataError naming the object
     demo: DemoConfig = field(default_factory=DemoConfig)
 
 
@@ -123,6 +131,11 @@ DATA_CHECKS = [
     Check("read_ahead", lambda v: isinstance(v, bool), "true or false"),
     Check("shuffle_horizon", lambda v: v >= 1, "an integer >= 1 (batches)"),
     Check("decord_reset_frames", lambda v: v >= 0, "an integer >= 0 (0 = never flush decord at keyframes)"),
+    Check("cache_dir", lambda v: v is None or (isinstance(v, str) and v.strip() != "" and "://" not in v),
+          "null ($RAYSTREAM_CACHE_DIR/videos) or a local directory on each node"),
+    Check("cache_limit_gb", lambda v: v is None or v > 0, "null (no bound) or a positive size in GB"),
+    Check("prefetch_videos", lambda v: v >= 0, "an integer >= 0 (videos fetched ahead)"),
+    Check("download_retries", lambda v: v >= 0, "an integer >= 0"),
 ]
 # Demo canvas sides whose encoded videos decord 0.6 fails to read (DECORDArrayCopyFromTo size mismatch); measured
 # over every even side from 16 to 256 (tests/test_config.py checks the ones on each side of the bound).

@@ -114,31 +114,62 @@ def _clip(sprites, background, T: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------- folders
 
 
-def _folder_probe(dataset: str, data_cfg, stream_cfg, limit: int) -> ProbeSet:
-    from raystream.data.sources import VIDEO_EXTENSIONS, VideoEntry, probe_videos, resolve_videos
-    from raystream.data.clips import ClipGeometry
-    from raystream.data.frames import crop_square
-    from raystream.data.stream import open_scaled_reader
+def class_folders(dataset: str, key: str = "eval.dataset") -> List[Tuple[str, str]]:
+    """(folder, class name) of each sub-folder of `dataset` (a local folder or a prefix URI) that holds videos."""
+    from raystream.data import remote
+    from raystream.data.sources import VIDEO_EXTENSIONS
+    from raystream.uris import is_uri
 
-    res = int(stream_cfg.resolution)
+    if is_uri(dataset):
+        base = dataset.rstrip("/")
+        objects = remote.list_prefix(base + "/", key, tuple(VIDEO_EXTENSIONS), recursive=True)
+        names = sorted({o.uri[len(base) + 1:].split("/")[0] for o in objects if o.uri[len(base) + 1:].count("/") == 1})
+        return [(f"{base}/{name}/", name) for name in names]
     root = Path(dataset).expanduser()
-    if root.is_dir():
-        entries = [VideoEntry(str(f), d.name) for d in sorted(root.iterdir()) if d.is_dir()
-                   for f in sorted(d.iterdir()) if f.suffix.lower() in VIDEO_EXTENSIONS]
-    elif root.is_file():
-        entries = resolve_videos(str(root), "eval.dataset")
+    if not root.is_dir():
+        return []
+    return [(str(d), d.name) for d in sorted(root.iterdir())
+            if d.is_dir() and any(f.suffix.lower() in VIDEO_EXTENSIONS for f in d.iterdir())]
+
+
+def _labelled_entries(dataset: str):
+    """The labelled videos of `eval.dataset`: a folder (or prefix) of class sub-folders, or a CSV manifest."""
+    from raystream.data.sources import MANIFEST_EXTENSIONS, VideoEntry, resolve_videos
+    from raystream.uris import is_uri
+
+    suffix = Path(dataset.rstrip("/")).suffix.lower()
+    if suffix in MANIFEST_EXTENSIONS and (is_uri(dataset) or Path(dataset).expanduser().is_file()):
+        entries = resolve_videos(dataset, "eval.dataset")
         missing = [e.path for e in entries if e.label is None]
         if missing:
             raise DataError(f"eval.dataset = {dataset!r}: a probe manifest needs a `label` for every row "
                             f"(none for {missing[0]})")
-    else:
+        return entries
+    if not is_uri(dataset) and not Path(dataset).expanduser().exists():
         raise DataError(f"eval.dataset = {dataset!r}: not found (expected a folder of class sub-folders or a CSV)")
+    return [VideoEntry(e.path, label, e.source) for folder, label in class_folders(dataset)
+            for e in resolve_videos(folder, "eval.dataset")]
+
+
+def _folder_probe(dataset: str, data_cfg, stream_cfg, limit: int) -> ProbeSet:
+    from raystream.data.cache import NodeCache
+    from raystream.data.clips import ClipGeometry
+    from raystream.data.frames import crop_square
+    from raystream.data.index import describe_videos
+    from raystream.data.stream import open_scaled_reader
+
+    res = int(stream_cfg.resolution)
+    entries = _labelled_entries(str(dataset))
     if not entries:
         raise DataError(f"eval.dataset = {dataset!r}: holds no labelled videos")
-    good, bad = probe_videos(entries, str(data_cfg.decoder), float(data_cfg.decode_timeout_s), data_cfg.fps)
+    good, bad = describe_videos(entries, data_cfg, "eval.dataset")
     if bad:
         listing = "\n".join(f"  {p}: {problem}" for p, problem in bad)
         raise DataError(f"{len(bad)} bad video(s) in eval.dataset = {dataset!r}:\n{listing}")
+    cache = NodeCache.from_config(data_cfg)
+    for v in good:  # a probe set is small: its videos from a store are all fetched before the first is read
+        if v.source is not None:
+            cache.fetch(v.source)
     names = tuple(sorted({v.label for v in good}))
     if len(names) < 2:
         raise DataError(f"eval.dataset = {dataset!r}: needs at least 2 classes, found {list(names)}")

@@ -34,7 +34,10 @@ from raystream.data.errors import DataError
 from raystream.data.frames import scaled_size
 from raystream.data.orders import Order, shard_places
 from raystream.data.plan import Job, Plan, Segments
-from raystream.data.sources import VideoInfo, probe_videos, resolve_videos
+from raystream.data.cache import NodeCache
+from raystream.data.index import describe_videos
+from raystream.data.prefetch import VideoPrefetcher
+from raystream.data.sources import VideoInfo, resolve_videos
 from raystream.data.workers import DecodeWorkers, default_decode_workers
 
 _SEGMENT_BYTES = 32 << 20  # a job decodes at most ~32 MiB of frames at the stream's resolution
@@ -91,6 +94,10 @@ class ClipStream:
         self.read_ahead = bool(data_cfg.read_ahead)
         self.decode_workers = int(data_cfg.decode_workers or default_decode_workers())
         self.shuffle_horizon = int(data_cfg.shuffle_horizon)
+        self.prefetch_videos = int(getattr(data_cfg, "prefetch_videos", 2))
+        # videos from an object store: fetched into this node's cache ahead of the steps that read them
+        self.cache = NodeCache.from_config(data_cfg) if any(v.source for v in self.videos) else None
+        self._fetcher: Optional[VideoPrefetcher] = None
         self.geometry = [ClipGeometry.from_config(stream_cfg, v.fps) for v in self.videos]
         counts = [g.num_clips(v.num_frames) for g, v in zip(self.geometry, self.videos)]
         self.order = Order(str(stream_cfg.order), counts, self.batch_size, int(stream_cfg.seed), self.epochs)
@@ -227,6 +234,8 @@ class ClipStream:
         data.read_ahead), each job's frames dropped after the last step that uses them."""
         plan = Plan(self._needs, self.num_steps, start, self._segments_of, self.order.sequential,
                     self.shuffle_horizon)
+        self._fetcher = fetcher = VideoPrefetcher(self.cache, [v.source for v in self.videos], self._first_uses(start),
+                                                  self.prefetch_videos, start, [v.path for v in self.videos])
         workers = DecodeWorkers(self.decode_workers, self._open_reader, self.resolution, self.max_open,
                                 name=f"raystream-decode-r{self.rank}")
         futures: Dict[int, Future] = {}  # job id -> its decoded frames, from submission until the job's last step
@@ -245,6 +254,7 @@ class ClipStream:
         try:
             for t in range(start, self.num_steps):
                 uses = plan.uses(t)
+                fetcher.reached(t, {v for v, _ in uses})
                 while any(j.id not in futures for j in uses.values()) and submit_next():
                     pass
                 while sum(1 for j in jobs.values() if j.first > t) < ahead and submit_next():
@@ -262,6 +272,7 @@ class ClipStream:
                 yield batch
         finally:
             workers.close()
+            fetcher.close()
 
     def _wait(self, job: Job, future: Future, stop: threading.Event) -> np.ndarray:
         path = self.videos[job.video].path
@@ -315,7 +326,8 @@ class ClipStream:
     def _segments_of(self, v: int) -> Segments:
         if v not in self._segments:
             info = self.videos[v]
-            reader = open_reader(info.path, self.decoder, self.max_read_through)
+            with self._local(v):
+                reader = open_reader(info.path, self.decoder, self.max_read_through)
             try:
                 keys = reader.keyframes
             finally:
@@ -327,8 +339,26 @@ class ClipStream:
         return self._segments[v]
 
     def _open_reader(self, v: int):
-        return open_scaled_reader(self.videos[v], self.resolution, self.decoder, self.max_read_through,
-                                  self.decord_reset_frames)
+        with self._local(v):
+            return open_scaled_reader(self.videos[v], self.resolution, self.decoder, self.max_read_through,
+                                      self.decord_reset_frames)
+
+    def _local(self, v: int):
+        """Video `v` on this node's disk while the block opens it (a no-op for local files)."""
+        fetcher = self._fetcher or VideoPrefetcher(self.cache, [x.source for x in self.videos], iter(()),
+                                                   0, self._step, [x.path for x in self.videos])
+        return fetcher.local(v)
+
+    def _first_uses(self, start: int) -> Iterator[Tuple[int, int]]:
+        """(step, video) for each video this rank reads from `start` on, at the first step that reads it."""
+        seen = set()
+        for t in range(start, self.num_steps):
+            for v in self.order.clips_at(t, self.places)[0].tolist():
+                if v not in seen:
+                    seen.add(v)
+                    yield t, v
+            if len(seen) == len(self.videos):
+                return
 
     def close(self) -> None:
         """Stop the batch thread (its decode workers close their readers)."""
@@ -336,7 +366,7 @@ class ClipStream:
 
     def __getstate__(self) -> dict:  # threads stay in the process that made them
         state = dict(self.__dict__)
-        state.update(_stop=None, _thread=None)
+        state.update(_stop=None, _thread=None, _fetcher=None)
         return state
 
     def __del__(self) -> None:
@@ -415,12 +445,12 @@ def _stream_over(spec, key: str, data_cfg, stream_cfg, rank: int, world_size: in
     except ValueError as exc:
         raise DataError(str(exc)) from None
     entries = resolve_videos(spec, key)
-    good, bad = probe_videos(entries, str(data_cfg.decoder), float(data_cfg.decode_timeout_s), data_cfg.fps)
+    good, bad = describe_videos(entries, data_cfg, key)
     usable = []
     for info in good:
         g = ClipGeometry.from_config(stream_cfg, info.fps)
         if g.num_clips(info.num_frames) < 1:
-            bad.append((info.path, f"has {info.num_frames} frames, shorter than one clip (a clip spans "
+            bad.append((info.source.uri if info.source else info.path, f"has {info.num_frames} frames, shorter than one clip (a clip spans "
                                    f"{g.span + 1} source frames at {info.fps:g} fps: stream.frames_per_clip="
                                    f"{stream_cfg.frames_per_clip}, stream.fps={stream_cfg.fps}"
                                    + (f", stream.target_frames={stream_cfg.target_frames}" if g.target_frames

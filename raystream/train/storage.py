@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from raystream.config import ConfigError
+from raystream.uris import UriError, filesystem_of, first_line, is_uri
 
 DEFAULT = "raystream_results"  # relative to the driver's working directory
 KEY = "trainer.storage_path"
@@ -86,27 +87,19 @@ def resolve(value: Optional[str]) -> Storage:
     import pyarrow.fs as pafs
 
     where = uri(value)
-    if "://" not in where:
+    if not is_uri(where):
         return Storage(where, pafs.LocalFileSystem(), where)
-    scheme, _, rest = where.partition("://")
-    if not scheme or not rest.strip("/"):
-        raise ConfigError(f"config key `{KEY}` = {value!r}: expected {EXPECTED} (a bucket after the scheme)")
     try:
-        fs, path = pafs.FileSystem.from_uri(where)
-    except Exception as exc:  # pyarrow: ArrowInvalid (unknown scheme), OSError (no such filesystem / region)
-        raise ConfigError(f"config key `{KEY}` = {value!r}: cannot open it ({_first_line(exc)}); expected "
-                          f"{EXPECTED}") from None
+        fs, path = filesystem_of(where)
+    except UriError as exc:
+        raise ConfigError(f"config key `{KEY}` = {value!r}: cannot open it ({exc}); expected {EXPECTED}") from None
     bucket = path.split("/", 1)[0]
     try:
         found = fs.get_file_info(bucket).type
     except Exception as exc:  # unreachable endpoint, refused credentials
         raise ConfigError(f"config key `{KEY}` = {value!r}: cannot reach bucket {bucket!r} "
-                          f"({_first_line(exc)}); check the credentials and AWS_ENDPOINT_URL / the network") from None
+                          f"({first_line(exc)}); check the credentials and AWS_ENDPOINT_URL / the network") from None
     if found == pafs.FileType.NotFound:
         raise ConfigError(f"config key `{KEY}` = {value!r}: bucket {bucket!r} does not exist (create it first)")
     return Storage(where, fs, path)
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

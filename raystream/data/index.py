@@ -1,0 +1,216 @@
+"""What each video is (frames, fps, size) before step 0, without decoding it: the per-directory video index, and
+`describe_videos`, which every stream and probe set uses to turn listed videos into probed ones.
+
+`raystream data index <uri or path>` writes `raystream-index.json` in each directory (or prefix) that holds the
+videos, one record per video: frame count, fps, frame size, and the version it was made from (size, modification
+time, ETag where the store gives one). A stream takes a video's record when the listed version matches it (same
+size and modification time) and otherwise probes the video, saying so; so with a current index no node downloads
+or decodes a video just to learn its length, the driver included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from raystream.data import remote
+from raystream.data.errors import DataError
+from raystream.data.sources import VideoEntry, VideoInfo, probe_videos, resolve_videos
+from raystream.uris import is_uri
+
+INDEX_NAME = "raystream-index.json"
+FORMAT = 1
+
+
+def _parent(path: str) -> str:
+    return remote.parent_uri(path) if is_uri(path) else os.path.dirname(os.path.abspath(path))
+
+
+def _name(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _version(entry: VideoEntry) -> Optional[Tuple[int, Optional[int]]]:
+    """(size, modification time in ns) of the video as listed now; None when it does not exist."""
+    if entry.source is not None:
+        return entry.source.size, entry.source.mtime_ns
+    if is_uri(entry.path):
+        return None
+    try:
+        st = os.stat(entry.path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+def read_index(directory: str, key: str) -> Dict[str, dict]:
+    """The records of the index in `directory` (a local directory or a prefix URI); {} when there is none."""
+    where = f"{directory}/{INDEX_NAME}"
+    if is_uri(directory):
+        text = remote.read_text(where, key)
+    else:
+        try:
+            with open(where) as f:
+                text = f.read()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise DataError(f"{where}: cannot read the video index ({exc})") from None
+    if text is None:
+        return {}
+    try:
+        data = json.loads(text)
+        return dict(data["videos"]) if int(data.get("format", 0)) == FORMAT else {}
+    except (ValueError, KeyError, TypeError):
+        warnings.warn(f"{where}: not a raystream video index (ignored; rewrite it with `raystream data index`)",
+                      stacklevel=2)
+        return {}
+
+
+def describe_videos(entries: Sequence[VideoEntry], data_cfg, key: str) -> Tuple[List[VideoInfo],
+                                                                                  List[Tuple[str, str]]]:
+    """(usable videos in order, [(video, problem)]) of `entries`: from the index where it matches the listed
+    version, otherwise probed (a video from an object store is fetched into the node cache first)."""
+    from raystream.data.cache import NodeCache
+
+    indexes = {d: read_index(d, key) for d in sorted({_parent(e.path) for e in entries})}
+    results: Dict[int, Tuple[Optional[VideoInfo], Optional[str]]] = {}
+    to_probe: List[int] = []
+    stale: List[str] = []
+    cache = None
+    for i, e in enumerate(entries):
+        version = _version(e)
+        if is_uri(e.path) and version is None:
+            results[i] = (None, "object not found in the store")
+            continue
+        if e.source is not None and e.source.size == 0:
+            results[i] = (None, "empty object (0 bytes): not a video")
+            continue
+        record = indexes[_parent(e.path)].get(_name(e.path))
+        if record is not None and version is not None and _matches(record, version):
+            results[i] = (_from_record(record, e, data_cfg), None)
+            continue
+        if record is not None:
+            stale.append(e.path)
+        to_probe.append(i)
+    remote_probe = [i for i in to_probe if entries[i].source is not None]
+    if stale:
+        warnings.warn(f"`{key}`: {len(stale)} video(s) changed since their index was written (e.g. {stale[0]}): "
+                      "probing them instead; rewrite the index with `raystream data index`", stacklevel=3)
+    if remote_probe:
+        missing = len(remote_probe) - len([p for p in stale if is_uri(p)])
+        if missing:
+            warnings.warn(f"`{key}`: {missing} video(s) in the object store have no {INDEX_NAME} record: this node "
+                          f"downloads them to count their frames; run `raystream data index` on "
+                          f"{_parent(entries[remote_probe[0]].path)} once to skip this", stacklevel=3)
+        cache = NodeCache.from_config(data_cfg)
+    local: List[VideoEntry] = []
+    for i in to_probe:
+        e = entries[i]
+        if e.source is not None:
+            path = cache.fetch(e.source)
+            local.append(VideoEntry(path, e.label, e.source))
+        else:
+            local.append(e)
+    good, bad = probe_videos(local, str(data_cfg.decoder), float(data_cfg.decode_timeout_s), data_cfg.fps)
+    by_path = {g.path: g for g in good}
+    problems = dict(bad)
+    for i, e in zip(to_probe, local):
+        info = by_path.get(e.path)
+        if info is None:
+            results[i] = (None, problems.get(e.path, "unusable"))
+        else:
+            results[i] = (VideoInfo(info.path, info.num_frames, info.fps, info.height, info.width, e.label,
+                                    e.source), None)
+    out_good: List[VideoInfo] = []
+    out_bad: List[Tuple[str, str]] = []
+    for i, e in enumerate(entries):
+        info, problem = results[i]
+        if problem is None:
+            out_good.append(info)
+        else:
+            out_bad.append((e.path, problem))
+    return out_good, out_bad
+
+
+def _matches(record: dict, version: Tuple[int, Optional[int]]) -> bool:
+    size, mtime_ns = version
+    if record.get("size") != size:
+        return False
+    return mtime_ns is None or record.get("mtime_ns") is None or record["mtime_ns"] == mtime_ns
+
+
+def _from_record(record: dict, entry: VideoEntry, data_cfg) -> VideoInfo:
+    from raystream.data.cache import NodeCache
+
+    fps = float(data_cfg.fps) if data_cfg.fps else float(record["fps"])
+    path = NodeCache.from_config(data_cfg).path_of(entry.source) if entry.source is not None else entry.path
+    return VideoInfo(path, int(record["num_frames"]), fps, int(record["height"]), int(record["width"]),
+                     entry.label, entry.source)
+
+
+def write_index(spec, data_cfg, key: str = "data.videos") -> Tuple[List[str], List[Tuple[str, str]]]:
+    """Probe every video `spec` names (fetching those in an object store into this node's cache) and write or
+    update the index of each directory that holds them. (index files written, [(video, problem)])."""
+    from raystream.data.cache import NodeCache
+
+    entries = resolve_videos(spec, key)
+    cache = NodeCache.from_config(data_cfg)
+    local = [VideoEntry(cache.fetch(e.source), e.label, e.source) if e.source is not None and e.source.size > 0
+             else e for e in entries]
+    good, bad = probe_videos(local, str(data_cfg.decoder), float(data_cfg.decode_timeout_s), None)
+    by_path = {g.path: g for g in good}
+    per_dir: Dict[str, Dict[str, dict]] = {}
+    for e, loc in zip(entries, local):
+        info = by_path.get(loc.path)
+        version = _version(e)
+        if info is None or version is None:
+            continue
+        per_dir.setdefault(_parent(e.path), {})[_name(e.path)] = {
+            "num_frames": info.num_frames, "fps": info.fps, "height": info.height, "width": info.width,
+            "size": version[0], "mtime_ns": version[1], "etag": cache.etag_of(e.source) if e.source is not None else None}
+    written = []
+    for directory, records in sorted(per_dir.items()):
+        merged = {**read_index(directory, key), **records}
+        text = json.dumps({"format": FORMAT, "videos": merged}, indent=1, sort_keys=True)
+        where = f"{directory}/{INDEX_NAME}"
+        if is_uri(directory):
+            remote.write_text(where, text, key)
+        else:
+            tmp = f"{where}.part-{os.getpid()}"
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.replace(tmp, where)
+        written.append(where)
+    sources = {loc.path: e.path for e, loc in zip(entries, local)}
+    return written, [(sources.get(p, p), problem) for p, problem in bad]
+
+
+def main(cfg, videos: str) -> int:
+    """`raystream data index VIDEOS`: index the videos (or, for a folder of class sub-folders as `eval.dataset`
+    takes, each sub-folder); print each index written and each video that could not be indexed."""
+    import sys
+
+    from raystream.data.probe import class_folders
+
+    try:
+        try:
+            specs = [videos] if resolve_videos(videos, "videos") else []
+        except DataError:
+            specs = [folder for folder, _ in class_folders(videos, "videos")]
+            if not specs:
+                raise
+        bad: List[Tuple[str, str]] = []
+        for spec in specs:
+            written, problems = write_index(spec, cfg.data, "videos")
+            bad += problems
+            for where in written:
+                print(f"raystream: wrote {where}")
+    except DataError as exc:
+        print(f"raystream: {exc}", file=sys.stderr)
+        return 2
+    for path, problem in bad:
+        print(f"raystream: not indexed: {path}: {problem}", file=sys.stderr)
+    return 1 if bad else 0

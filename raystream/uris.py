@@ -1,0 +1,47 @@
+"""URIs of object stores (s3://bucket/key, gs://bucket/key) opened as pyarrow filesystems: the one place that
+turns a URI into (filesystem, path) for results (`trainer.storage_path`, raystream/train/storage.py) and videos
+(`data.videos` and the other video inputs, raystream/data/remote.py).
+
+Every process resolves a URI itself, with its own credentials (instance profile, service account) and endpoint
+(`AWS_ENDPOINT_URL`, e.g. an S3-compatible server), as pyarrow reads them. Errors are `UriError` with a one-line
+reason; each caller names its own config key around it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple
+
+
+class UriError(ValueError):
+    """A URI that cannot be opened; the message is one line saying why."""
+
+
+def is_uri(text: Any) -> bool:
+    """Whether `text` names an object store (`scheme://...`), not a local path (`file://` is local)."""
+    s = str(text).strip()
+    return "://" in s and not s.startswith("file://")
+
+
+def filesystem_of(uri: str) -> Tuple[Any, str]:
+    """(pyarrow filesystem, path inside it: bucket/key) of `uri`. Raises UriError on an unknown scheme, a URI
+    without a bucket, or a filesystem pyarrow cannot set up (region, credentials)."""
+    import pyarrow.fs as pafs
+
+    scheme, _, rest = uri.partition("://")
+    if not scheme or not rest.strip("/"):
+        raise UriError("no bucket: expected a bucket after the scheme")
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except Exception as exc:  # pyarrow: ArrowInvalid (unknown scheme), OSError (no such filesystem / region)
+        raise UriError(first_line(exc)) from None
+
+
+def uri_of(scheme: str, fs_path: str) -> str:
+    """The URI of `fs_path` (bucket/key) in a filesystem opened from a `scheme` URI."""
+    return f"{scheme}://{fs_path.lstrip('/')}"
+
+
+def first_line(exc: BaseException) -> str:
+    """`Type: first line of the message` of an exception from a filesystem (their messages run to many lines)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

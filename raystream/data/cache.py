@@ -181,7 +181,7 @@ class NodeCache:
         if used + need > self.limit_bytes and not self._warned:
             self._warned = True
             warnings.warn(f"node cache {self.root}: data.cache_limit_gb = {self.limit_bytes / (1 << 30):g} is "
-                          f"smaller than the videos the next steps need ({(used + need) / (1 << 30):.2f} GB): "
+                          f"smaller than the videos the next steps need ({(used + need) / (1 << 20):.1f} MiB): "
                           "going over it rather than evicting a video that is about to be read", stacklevel=3)
 
 

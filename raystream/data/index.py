@@ -106,24 +106,7 @@ def describe_videos(entries: Sequence[VideoEntry], data_cfg, key: str) -> Tuple[
                           f"downloads them to count their frames; run `raystream data index` on "
                           f"{_parent(entries[remote_probe[0]].path)} once to skip this", stacklevel=3)
         cache = NodeCache.from_config(data_cfg)
-    local: List[VideoEntry] = []
-    for i in to_probe:
-        e = entries[i]
-        if e.source is not None:
-            path = cache.fetch(e.source)
-            local.append(VideoEntry(path, e.label, e.source))
-        else:
-            local.append(e)
-    good, bad = probe_videos(local, str(data_cfg.decoder), float(data_cfg.decode_timeout_s), data_cfg.fps)
-    by_path = {g.path: g for g in good}
-    problems = dict(bad)
-    for i, e in zip(to_probe, local):
-        info = by_path.get(e.path)
-        if info is None:
-            results[i] = (None, problems.get(e.path, "unusable"))
-        else:
-            results[i] = (VideoInfo(info.path, info.num_frames, info.fps, info.height, info.width, e.label,
-                                    e.source), None)
+    results.update(_probe(to_probe, entries, data_cfg, cache, data_cfg.fps))
     out_good: List[VideoInfo] = []
     out_bad: List[Tuple[str, str]] = []
     for i, e in enumerate(entries):
@@ -133,6 +116,44 @@ def describe_videos(entries: Sequence[VideoEntry], data_cfg, key: str) -> Tuple[
         else:
             out_bad.append((e.path, problem))
     return out_good, out_bad
+
+
+def _probe(todo: List[int], entries: Sequence[VideoEntry], data_cfg, cache,
+           fps_override) -> Dict[int, Tuple[Optional[VideoInfo], Optional[str]]]:
+    """{i: (info, None) or (None, problem)} of the entries `todo`, probed (those of a store fetched first)."""
+    results: Dict[int, Tuple[Optional[VideoInfo], Optional[str]]] = {}
+    for chunk in _chunks(todo, entries, cache):
+        keep = [cache.path_of(entries[j].source) for j in chunk if entries[j].source is not None]
+        local = [VideoEntry(cache.fetch(entries[i].source, keep=keep), entries[i].label, entries[i].source)
+                 if entries[i].source is not None else entries[i] for i in chunk]
+        good, bad = probe_videos(local, str(data_cfg.decoder), float(data_cfg.decode_timeout_s), fps_override)
+        by_path = {g.path: g for g in good}
+        problems = dict(bad)
+        for i, e in zip(chunk, local):
+            info = by_path.get(e.path)
+            if info is None:
+                results[i] = (None, problems.get(e.path, "unusable"))
+            else:
+                results[i] = (VideoInfo(info.path, info.num_frames, info.fps, info.height, info.width, e.label,
+                                        e.source), None)
+    return results
+
+
+def _chunks(todo: List[int], entries: Sequence[VideoEntry], cache) -> List[List[int]]:
+    """`todo` in probe batches: the local files at once; those of a store in runs that fit the cache limit (all
+    of a batch are on disk while it is probed)."""
+    local = [i for i in todo if entries[i].source is None]
+    chunks, run, size = ([local] if local else []), [], 0
+    limit = cache.limit_bytes if cache is not None and cache.limit_bytes is not None else None
+    for i in todo:
+        if entries[i].source is None:
+            continue
+        if run and limit is not None and size + entries[i].source.size > limit:
+            chunks.append(run)
+            run, size = [], 0
+        run.append(i)
+        size += entries[i].source.size
+    return chunks + ([run] if run else [])
 
 
 def _matches(record: dict, version: Tuple[int, Optional[int]]) -> bool:
@@ -158,19 +179,26 @@ def write_index(spec, data_cfg, key: str = "data.videos") -> Tuple[List[str], Li
 
     entries = resolve_videos(spec, key)
     cache = NodeCache.from_config(data_cfg)
-    local = [VideoEntry(cache.fetch(e.source), e.label, e.source) if e.source is not None and e.source.size > 0
-             else e for e in entries]
-    good, bad = probe_videos(local, str(data_cfg.decoder), float(data_cfg.decode_timeout_s), None)
-    by_path = {g.path: g for g in good}
+    bad: List[Tuple[str, str]] = []
+    todo = []
+    for i, e in enumerate(entries):
+        if _version(e) is None:
+            bad.append((e.path, "not found"))
+        elif e.source is not None and e.source.size == 0:
+            bad.append((e.path, "empty object (0 bytes): not a video"))
+        else:
+            todo.append(i)
+    results = _probe(todo, entries, data_cfg, cache, None)
     per_dir: Dict[str, Dict[str, dict]] = {}
-    for e, loc in zip(entries, local):
-        info = by_path.get(loc.path)
-        version = _version(e)
-        if info is None or version is None:
+    for i in todo:
+        e, (info, problem) = entries[i], results[i]
+        if info is None:
+            bad.append((e.path, problem))
             continue
+        size, mtime_ns = _version(e)
         per_dir.setdefault(_parent(e.path), {})[_name(e.path)] = {
             "num_frames": info.num_frames, "fps": info.fps, "height": info.height, "width": info.width,
-            "size": version[0], "mtime_ns": version[1], "etag": cache.etag_of(e.source) if e.source is not None else None}
+            "size": size, "mtime_ns": mtime_ns, "etag": cache.etag_of(e.source) if e.source is not None else None}
     written = []
     for directory, records in sorted(per_dir.items()):
         merged = {**read_index(directory, key), **records}
@@ -184,8 +212,7 @@ def write_index(spec, data_cfg, key: str = "data.videos") -> Tuple[List[str], Li
                 f.write(text)
             os.replace(tmp, where)
         written.append(where)
-    sources = {loc.path: e.path for e, loc in zip(entries, local)}
-    return written, [(sources.get(p, p), problem) for p, problem in bad]
+    return written, bad
 
 
 def main(cfg, videos: str) -> int:

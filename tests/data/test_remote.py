@@ -1,0 +1,211 @@
+"""Videos from an object store (moto's S3 server on 127.0.0.1): listing, the node cache, the index, and streams
+byte-identical to those of a local copy of the same videos."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from rs_data_helpers import BLOCK_VIDEOS, data_cfg, stream_cfg, write_block_video
+
+from local_cloud import local_s3
+from raystream.config import ConfigError, compose
+from raystream.data import DataError, build_stream, load_probe_set
+from raystream.data.cache import NodeCache
+from raystream.data.remote import RemoteObject, stat_objects
+from raystream.data.sources import resolve_videos
+
+
+@pytest.fixture(scope="module")
+def bucket(tmp_path_factory):
+    """A moto S3 server holding the block videos under `vids/` (and the same files locally, in `local`)."""
+    root = tmp_path_factory.mktemp("remote")
+    local = root / "local"
+    local.mkdir()
+    paths = [write_block_video(local / f"v{vid}.mp4", vid, n, w, h, gop) for vid, n, w, h, gop in BLOCK_VIDEOS]
+    with local_s3(root) as s3:
+        saved = {k: os.environ.get(k) for k in s3.env}
+        os.environ.update(s3.env)
+        try:
+            client = s3.client()
+            for p in paths:
+                client.upload_file(str(p), s3.bucket, f"vids/{p.name}")
+            yield {"s3": s3, "local": local, "uri": f"s3://{s3.bucket}/vids/", "root": root}
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def _downloads(cache_dir: Path) -> list:
+    log = cache_dir / "downloads.jsonl"
+    return [json.loads(line)["uri"] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _all(stream, start=0):
+    return [(b.step, b.frames.clone(), b.video_index.clone()) for b in stream.batches(start)]
+
+
+@pytest.mark.parametrize("order", ["batch_along_time", "batch_along_video", "shuffled"])
+def test_a_bucket_stream_is_byte_identical_to_a_local_copy_even_resumed_on_an_empty_cache(bucket, order, tmp_path):
+    for world, rank, start in ((1, 0, 0), (2, 1, 3)):
+        local = build_stream(data_cfg(str(bucket["local"])), stream_cfg(order=order), rank=rank, world_size=world)
+        # a fresh node: its cache is empty
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            remote = build_stream(data_cfg(bucket["uri"], cache_dir=str(tmp_path / f"node{world}")),
+                                  stream_cfg(order=order), rank=rank, world_size=world)
+        assert remote.state_dict() == local.state_dict()  # same fingerprint: a checkpoint resumes on either
+        a, b = _all(local, start), _all(remote, start)
+        assert len(a) == len(b) == local.num_steps - start
+        for (sa, fa, va), (sb, fb, vb) in zip(a, b):
+            assert sa == sb and torch.equal(fa, fb) and torch.equal(va, vb)
+        assert all(v.path.startswith(str(tmp_path)) for v in remote.videos)  # decoders only saw local files
+
+
+def test_each_object_is_downloaded_once_per_node_even_by_concurrent_workers(bucket, tmp_path):
+    obj = stat_objects([bucket["uri"] + "v1.mp4"], "data.videos")[bucket["uri"] + "v1.mp4"]
+    caches = [NodeCache(str(tmp_path)) for _ in range(4)]  # four workers of one node
+    paths = []
+    threads = [threading.Thread(target=lambda c=c: paths.append(c.fetch(obj))) for c in caches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(paths)) == 1 and Path(paths[0]).read_bytes() == (bucket["local"] / "v1.mp4").read_bytes()
+    assert _downloads(tmp_path) == [obj.uri]
+    assert NodeCache(str(tmp_path)).etag_of(obj)  # the store's ETag is recorded with the copy
+    assert not [p for p in Path(paths[0]).parent.iterdir() if ".part-" in p.name]  # no temporary left
+
+
+def test_a_half_written_or_changed_copy_is_fetched_again(bucket, tmp_path):
+    s3 = bucket["s3"]
+    s3.client().upload_file(str(bucket["local"] / "v2.mp4"), s3.bucket, "changing/v.mp4")
+    uri = f"s3://{s3.bucket}/changing/v.mp4"
+    cache = NodeCache(str(tmp_path))
+    path = cache.fetch(stat_objects([uri], "k")[uri])
+    with open(path, "r+b") as f:  # a copy cut short (a crash of an older writer)
+        f.truncate(100)
+    cache.fetch(stat_objects([uri], "k")[uri])
+    assert Path(path).read_bytes() == (bucket["local"] / "v2.mp4").read_bytes()
+    s3.client().upload_file(str(bucket["local"] / "v3.mp4"), s3.bucket, "changing/v.mp4")  # a new version
+    cache.fetch(stat_objects([uri], "k")[uri])
+    assert Path(path).read_bytes() == (bucket["local"] / "v3.mp4").read_bytes()
+    assert _downloads(tmp_path) == [uri] * 3
+
+
+def test_a_failing_download_is_retried_then_names_the_object(bucket, tmp_path):
+    real = stat_objects([bucket["uri"] + "v1.mp4"], "k")[bucket["uri"] + "v1.mp4"]
+    wrong = RemoteObject(real.uri, real.size + 7, real.mtime_ns)  # it never reads back as listed
+    cache = NodeCache(str(tmp_path), retries=2, backoff_s=0.01)
+    with pytest.raises(DataError, match=r"v1\.mp4: download failed after 3 attempts \(data\.download_retries = 2\)"):
+        cache.fetch(wrong)
+    assert [p.name for p in tmp_path.rglob("*.mp4*")] == ["v1.mp4.lock"]  # nothing half-written left behind
+
+
+def test_the_cache_limit_evicts_passed_videos_first_and_never_a_kept_one(bucket, tmp_path):
+    objs = stat_objects([f"{bucket['uri']}v{i}.mp4" for i in (1, 2, 3, 4)], "k")
+    v1, v2, v3, v4 = (objs[f"{bucket['uri']}v{i}.mp4"] for i in (1, 2, 3, 4))
+    cache = NodeCache(str(tmp_path), limit_bytes=v1.size + v3.size + 10)
+    p1, p2 = cache.fetch(v1), cache.fetch(v2)
+    cache.fetch(v3, keep=[p1], passed=[p2])
+    assert os.path.exists(p1) and not os.path.exists(p2)
+    with pytest.warns(UserWarning, match="data.cache_limit_gb"):  # all kept: over the limit rather than evict
+        cache.fetch(v4, keep=[p1, cache.path_of(v3)])
+    assert all(os.path.exists(cache.path_of(o)) for o in (v1, v3, v4))
+
+
+def test_a_stream_under_a_tight_cache_limit_is_still_exact(bucket, tmp_path):
+    size = max(f.stat().st_size for f in bucket["local"].iterdir())
+    cfg = dict(cache_dir=str(tmp_path), cache_limit_gb=2.5 * size / (1 << 30), prefetch_videos=1)
+    local = build_stream(data_cfg(str(bucket["local"])), stream_cfg(order="batch_along_video", batch_size=2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        remote = build_stream(data_cfg(bucket["uri"], **cfg), stream_cfg(order="batch_along_video", batch_size=2))
+        for (_, fa, _), (_, fb, _) in zip(_all(local), _all(remote)):
+            assert torch.equal(fa, fb)
+
+
+def test_prefix_manifest_and_mixed_lists_resolve_in_order(bucket):
+    s3, uri = bucket["s3"], bucket["uri"]
+    assert [e.path for e in resolve_videos(uri)] == [f"{uri}v{i}.mp4" for i in (1, 2, 3, 4)]
+    s3.client().put_object(Bucket=s3.bucket, Key="vids/lists/train.txt", Body=b"../v3.mp4\n../v1.mp4\n")
+    entries = resolve_videos(f"s3://{s3.bucket}/vids/lists/train.txt")
+    assert [e.path for e in entries] == [f"{uri}v3.mp4", f"{uri}v1.mp4"]
+    assert all(e.source is not None for e in entries)
+    mixed = resolve_videos([str(bucket["local"] / "v2.mp4"), f"{uri}v4.mp4"])
+    assert mixed[0].source is None and mixed[1].source.size == (bucket["local"] / "v4.mp4").stat().st_size
+
+
+def test_missing_and_empty_objects_are_named_before_any_download(bucket, tmp_path):
+    s3 = bucket["s3"]
+    s3.client().put_object(Bucket=s3.bucket, Key="bad/empty.mp4", Body=b"")
+    s3.client().put_object(Bucket=s3.bucket, Key="bad/list.txt", Body=b"empty.mp4\nnope.mp4\n")
+    with pytest.raises(DataError) as err:
+        build_stream(data_cfg(f"s3://{s3.bucket}/bad/list.txt", cache_dir=str(tmp_path)), stream_cfg())
+    assert "empty.mp4: empty object (0 bytes)" in str(err.value)
+    assert "nope.mp4: object not found in the store" in str(err.value)
+    assert not _downloads(tmp_path)
+    with pytest.raises(DataError, match="no video objects under this prefix"):
+        resolve_videos(f"s3://{s3.bucket}/nothing-here/")
+    with pytest.raises(DataError, match="manifest object not found"):
+        resolve_videos(f"s3://{s3.bucket}/vids/missing.csv")
+
+
+def test_with_an_index_no_node_downloads_to_count_frames(bucket, tmp_path):
+    from raystream.cli import main
+
+    s3 = bucket["s3"]
+    client = s3.client()
+    for p in sorted(bucket["local"].glob("*.mp4")):
+        client.upload_file(str(p), s3.bucket, f"indexed/{p.name}")
+    uri = f"s3://{s3.bucket}/indexed/"
+    assert main(["data", "index", uri, f"data.cache_dir={tmp_path / 'indexer'}"]) == 0
+    index = json.loads(s3.read("indexed/raystream-index.json"))["videos"]
+    assert index["v1.mp4"]["num_frames"] == 40 and index["v1.mp4"]["etag"]
+    node = tmp_path / "node"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "probing" warning
+        stream = build_stream(data_cfg(uri, cache_dir=str(node)), stream_cfg())
+    assert not _downloads(node)  # the steps were counted from the index
+    local = build_stream(data_cfg(str(bucket["local"])), stream_cfg())
+    assert stream.state_dict() == local.state_dict()
+    client.upload_file(str(bucket["local"] / "v2.mp4"), s3.bucket, "indexed/v1.mp4")  # v1 changed since indexing
+    with pytest.warns(UserWarning, match="changed since their index was written"):
+        stream = build_stream(data_cfg(uri, cache_dir=str(node)), stream_cfg())
+    assert _downloads(node) == [f"{uri}v1.mp4"] and stream.videos[0].num_frames == 25
+
+
+def test_a_labelled_probe_set_from_a_bucket_equals_the_local_one(bucket, tmp_path):
+    from omegaconf import OmegaConf
+
+    s3 = bucket["s3"]
+    folder = tmp_path / "probe"
+    for i, p in enumerate(sorted(bucket["local"].glob("*.mp4"))):
+        (folder / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        shutil.copy(p, folder / f"c{i % 2}" / p.name)
+        s3.client().upload_file(str(p), s3.bucket, f"probe/c{i % 2}/{p.name}")
+    evals = [OmegaConf.create({"dataset": d, "max_probe_samples": 16}) for d in
+             (str(folder), f"s3://{s3.bucket}/probe/")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a, b = (load_probe_set(data_cfg(None, cache_dir=str(tmp_path / "cache")), stream_cfg(), e) for e in evals)
+    assert a.class_names == b.class_names == ("c0", "c1")
+    assert torch.equal(a.train_x, b.train_x) and torch.equal(a.test_y, b.test_y)
+
+
+@pytest.mark.parametrize("override, key", [("data.cache_limit_gb=0", "data.cache_limit_gb"),
+                                           ("data.prefetch_videos=-1", "data.prefetch_videos"),
+                                           ("data.download_retries=-2", "data.download_retries"),
+                                           ("data.cache_dir=s3://b/cache", "data.cache_dir")])
+def test_bad_cache_keys_are_config_errors_naming_the_key(override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        compose([override])

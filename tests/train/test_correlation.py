@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from raystream.config import compose
+from raystream.config import ConfigError, compose
 from raystream.tracking.store import client as make_client
 from raystream.train import correlation
 
@@ -116,6 +116,14 @@ def test_micro_places_cut_each_rank_shard():
     assert correlation.micro_places(8, 1, 0, 100) == [range(0, 8)]  # never more than the shard
     with pytest.raises(ValueError, match="micro-batch 0"):
         correlation.micro_places(8, 1, 0, 0)
+
+
+def test_the_workers_micro_batch_is_the_training_batch_unless_set():
+    assert correlation.per_worker_batch(compose(["stream.batch_size=8", "trainer.num_workers=2"])) == 4
+    assert correlation.per_worker_batch(compose(["stream.batch_size=8", "trainer.num_workers=2",
+                                                 "trainer.correlation_micro_batch=1"])) == 1
+    with pytest.raises(ConfigError, match=r"trainer\.correlation_micro_batch` = 0"):
+        compose(["trainer.correlation_micro_batch=0"])
 
 
 # The regime preset (future prediction on the walking-tour demo, batch 4 along time), shrunk to a 300-frame video.

@@ -5,7 +5,7 @@
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
     raystream data make-demo [overrides]
-    raystream data correlation [overrides] [--checkpoint PATH] [--steps N]
+    raystream data correlation [overrides] [--checkpoint PATH] [--steps N] [--device D] [--micro-batch M]
     raystream data index VIDEOS [overrides]
 
 Every subcommand composes and checks the config first, so a bad key fails before Ray starts; `train` and `sweep`
@@ -76,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--checkpoint", default=None, help="model state dict, checkpoint or run directory (default: the "
                                                       "scenario's initial weights)")
     c.add_argument("--steps", type=int, default=8, help="pairs of consecutive batches per order (default 8)")
+    c.add_argument("--device", default="cpu", help="torch device of the model (default cpu; e.g. cuda)")
+    c.add_argument("--micro-batch", type=int, default=None, help="clips per forward pass: memory is one "
+                   "micro-batch's (default: trainer.correlation_micro_batch, else the per-worker training batch)")
     return p
 
 
@@ -124,7 +127,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.data_command == "correlation":
         from raystream.train.correlation import main as correlation_main
 
-        return correlation_main(cfg, steps=args.steps, checkpoint=args.checkpoint)
+        return correlation_main(cfg, steps=args.steps, checkpoint=args.checkpoint, device=args.device,
+                                micro_batch=args.micro_batch)
     from raystream.data.demo import main as demo_main
 
     return demo_main(cfg)

@@ -34,7 +34,10 @@ class TrainerConfig:
     ray_log_level: str = "WARNING"  # Ray Train's own log level (INFO shows every report and checkpoint)
     seed: int = 0
     correlation_steps: int = 4  # pairs of consecutive batches measured at run start (raystream/train/correlation.py,
-    # MLflow correlation/*); 0 = off
+    # MLflow correlation/*) by the workers, on their device; 0 = off
+    # clips per forward pass of that measurement on each worker; null = the worker's training batch
+    # (stream.batch_size // num_workers). Lower it if the fp32 measurement does not fit where bf16 training does.
+    correlation_micro_batch: Optional[int] = None
 
 
 RAY_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -51,4 +54,6 @@ CHECKS = [
     Check("run_name", lambda v: v is None or is_path_name(v), f"null (a generated name) or {PATH_NAME}"),
     one_of("ray_log_level", RAY_LOG_LEVELS),
     Check("correlation_steps", lambda v: v >= 0, "an integer >= 0 (pairs of batches; 0 = no measurement)"),
+    Check("correlation_micro_batch", lambda v: v is None or v >= 1,
+          "null (the worker's training batch) or an integer >= 1 (clips per forward pass)"),
 ]

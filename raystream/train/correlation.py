@@ -1,6 +1,6 @@
 """The paper's Figure 1 as a pre-flight diagnostic: how parallel are consecutive batches' gradients in this stream?
 
-    raystream data correlation [overrides] [--checkpoint PATH] [--steps N]
+    raystream data correlation [overrides] [--checkpoint PATH] [--steps N] [--device D] [--micro-batch M]
     -> {"sequential": 0.93, "shuffled": 0.01, "order": "batch_along_time", "pairs": 8, ...}
 
 At fixed weights (the scenario's initial weights, or a checkpoint) the gradient of the loss is taken on `N` pairs of
@@ -10,10 +10,17 @@ gradients, both orders pooled) is removed from each, and the cosine of each pair
 cos(g_t, g_{t-1}) that comes from the order of the clips, not from the direction every batch shares. The raw
 cosines (mean not removed, what `grad_cos_prev` logs during training) are reported too.
 
-Weights and buffers (DoRA's centre) are restored after every batch, so every gradient is taken at the same point.
-Views and masks are functions of (seed, step, place), so the two orders see the same augmentations at each step.
-Pure torch on the data / models / optim packages: no Ray. `log_correlation` logs the figures to an MLflow run
-(run start, `trainer.correlation_steps`).
+Where it runs: a training run measures it in its Ray Train workers, on their device, before step 0 of a fresh run
+(`measure_model`, called by raystream/train/loop.py; rank 0 logs the figures at step 0). Each of `world_size` ranks
+takes the gradient of its own shard of every measured global batch (the training stream's sharding), in
+micro-batches of at most `micro_batch` clips whose losses are weighted by their share of the global batch; the
+ranks' gradients are summed (all-reduce), so the figure is the single-process one. The standalone command is the
+same code at world size 1: its memory is one micro-batch's, whatever the global batch.
+
+Weights and buffers (DoRA's centre) are restored after every micro-batch, so every gradient is taken at the same
+point. Views and masks are functions of (seed, step, place), so the two orders see the same augmentations at each
+step, and a micro-batch or shard sees what its places see in the whole batch. Pure torch on the data / models /
+optim packages (torch.distributed when world_size > 1): no Ray.
 """
 
 from __future__ import annotations
@@ -21,10 +28,10 @@ from __future__ import annotations
 import copy
 import math
 import sys
-import time
 from typing import Any, Dict, List, Optional
 
 import torch
+import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from raystream.optim.reductions import cosine
@@ -32,6 +39,9 @@ from raystream.optim.reductions import cosine
 from raystream.tracking.names import (CORRELATION_SEQUENTIAL as SEQUENTIAL, CORRELATION_SEQUENTIAL_RAW as
                                       SEQUENTIAL_RAW, CORRELATION_SHUFFLED as SHUFFLED, CORRELATION_SHUFFLED_RAW as
                                       SHUFFLED_RAW)
+
+METRICS = {SEQUENTIAL: "sequential", SHUFFLED: "shuffled", SEQUENTIAL_RAW: "sequential_raw",
+           SHUFFLED_RAW: "shuffled_raw"}  # MLflow metric -> key of the measurement
 
 
 def pair_starts(num_steps: int, pairs: int) -> List[int]:
@@ -44,39 +54,89 @@ def pair_starts(num_steps: int, pairs: int) -> List[int]:
     return sorted({round(i * last / (pairs - 1)) for i in range(pairs)})
 
 
-def _gradient(model: torch.nn.Module, params: List[torch.Tensor], batch) -> torch.Tensor:
-    """The flattened fp32 gradient of the loss on `batch` (zeros for parameters the loss does not reach)."""
+def micro_places(batch_size: int, world_size: int, rank: int, micro_batch: Optional[int] = None) -> List[range]:
+    """The places of the global batch that rank `rank` of `world_size` holds (its training shard), cut into
+    micro-batches of at most `micro_batch` places (None: the whole shard; larger than the shard: the shard)."""
+    from raystream.data import shard_places
+
+    shard = shard_places(int(batch_size), int(world_size), int(rank))
+    m = len(shard) if micro_batch is None else min(int(micro_batch), len(shard))
+    if m < 1:
+        raise ValueError(f"micro-batch {micro_batch}: expected at least 1 clip")
+    return [shard[i:i + m] for i in range(0, len(shard), m)]
+
+
+def per_worker_batch(cfg) -> int:
+    """The micro-batch of the measurement: `trainer.correlation_micro_batch`, else the training batch of one worker
+    (`stream.batch_size // trainer.num_workers`)."""
+    chosen = cfg.trainer.get("correlation_micro_batch")
+    return int(chosen) if chosen is not None else int(cfg.stream.batch_size) // int(cfg.trainer.num_workers)
+
+
+class _Shard:
+    """This rank's micro-batch streams of one order, over the videos an already built stream probed."""
+
+    def __init__(self, base, data_cfg, stream_cfg, rank: int, world_size: int, micro_batch: Optional[int]):
+        from raystream.data import ClipStream
+
+        places = micro_places(int(stream_cfg.batch_size), world_size, rank, micro_batch)
+        self.streams = [ClipStream(base.videos, stream_cfg, data_cfg, p, rank, skipped=base.skipped) for p in places]
+        self.batch_size = int(stream_cfg.batch_size)
+        self.steps_per_pass = self.streams[0].order.steps_per_pass
+
+    def micro_batches(self, step: int):
+        """Each micro-batch of global batch `step` on this rank, decoded one at a time."""
+        for stream in self.streams:
+            batches = stream.batches(start_step=step)
+            try:
+                yield next(batches)
+            finally:
+                batches.close()
+
+    def close(self) -> None:
+        for stream in self.streams:
+            stream.close()
+
+
+def _gradient(model: torch.nn.Module, params: List[torch.Tensor], state, shard: _Shard, step: int,
+              device: Optional[torch.device], world_size: int, keep: bool) -> Optional[torch.Tensor]:
+    """The flattened fp32 gradient of the loss on global batch `step` (zeros for parameters the loss does not
+    reach), summed over the ranks; on the CPU when `keep` (rank 0), else None. The model is reset to `state` after
+    every micro-batch. Raises ValueError on every rank alike when a rank's loss is not finite."""
     for p in params:
         p.grad = None
-    out = model(batch.model_inputs())
-    loss = out["loss"]
-    if not torch.isfinite(loss):
-        raise ValueError(f"the loss at step {batch.step} is {float(loss)}: no gradient to correlate")
-    loss.backward()
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float() for p in params])
+    bad = math.nan
+    for batch in shard.micro_batches(step):
+        loss = model(batch.model_inputs(device))["loss"]
+        n = int(batch.frames.shape[0])
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            bad = value
+        # the mean loss of the global batch is the sum of its micro-batches' means weighted by their share
+        (loss if n == shard.batch_size else loss * (n / shard.batch_size)).backward()
+        model.load_state_dict(state)
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float() for p in params]
+                     + [torch.tensor([0.0 if math.isnan(bad) else 1.0], device=params[0].device)])
+    for p in params:
+        p.grad = None
+    if world_size > 1:
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    if float(flat[-1]) > 0:
+        where = f"is {bad}" if not math.isnan(bad) else "is not finite on another rank"
+        raise ValueError(f"the loss at step {step} {where}: no gradient to correlate")
+    return flat[:-1].cpu() if keep else None
 
 
-def _order_gradients(model, params, state, data_cfg, stream_cfg, pairs: int) -> Dict[str, Any]:
-    """Gradients of the pairs of consecutive batches of one order; the model is reset to `state` after each."""
-    from raystream.data import build_stream
-
-    stream = build_stream(data_cfg, stream_cfg)
-    try:
-        steps_per_pass = stream.order.steps_per_pass
-        starts = pair_starts(steps_per_pass, pairs)
-        if not starts:
-            raise ValueError(f"stream.order = {stream_cfg.order}: one pass holds {steps_per_pass} global batch(es) "
-                             f"of stream.batch_size = {stream_cfg.batch_size}; consecutive batches need at least 2")
-        grads = []
-        for t in starts:
-            batches = stream.batches(start_step=t)
-            for _ in range(2):
-                grads.append(_gradient(model, params, next(batches)))
-                model.load_state_dict(state)
-            batches.close()
-        return {"grads": grads, "starts": starts, "steps_per_pass": steps_per_pass}
-    finally:
-        stream.close()
+def _order_gradients(model, params, state, shard: _Shard, stream_cfg, pairs: int, device, rank: int,
+                     world_size: int) -> Dict[str, Any]:
+    """Gradients of the pairs of consecutive batches of one order (rank 0: CPU tensors; other ranks: None)."""
+    starts = pair_starts(shard.steps_per_pass, pairs)
+    if not starts:
+        raise ValueError(f"stream.order = {stream_cfg.order}: one pass holds {shard.steps_per_pass} global batch(es) "
+                         f"of stream.batch_size = {stream_cfg.batch_size}; consecutive batches need at least 2")
+    grads = [_gradient(model, params, state, shard, t + i, device, world_size, rank == 0)
+             for t in starts for i in range(2)]
+    return {"grads": grads, "starts": starts, "steps_per_pass": shard.steps_per_pass}
 
 
 def _mean_pair_cosine(grads: List[torch.Tensor], mean: Optional[torch.Tensor]) -> float:
@@ -90,31 +150,36 @@ def _mean_pair_cosine(grads: List[torch.Tensor], mean: Optional[torch.Tensor]) -
     return sum(cos) / len(cos) if cos else math.nan
 
 
-def measure(cfg, *, steps: int = 8, checkpoint: Optional[str] = None) -> Dict[str, Any]:
-    """The mean cosine of consecutive batches' gradients (pass mean removed) in the configured and shuffled orders.
-
-    `cfg`: a composed run config (DictConfig). `steps`: pairs of consecutive batches per order. `checkpoint`: a
-    model state dict, checkpoint or run directory (as `scenario.backbone.init`); None = the scenario's own init.
-    Raises DataError (videos), CheckpointError (checkpoint) or ValueError (a stream too short, a non-finite loss).
-    """
-    from raystream.models import build_scenario
-
+def measure_model(model: torch.nn.Module, cfg, base_stream, *, steps: int, device: Optional[torch.device] = None,
+                  micro_batch: Optional[int] = None, rank: int = 0, world_size: int = 1,
+                  weights: Optional[str] = None) -> Optional[Dict[str, Any]]:
+    """The measurement at `model`'s weights (in train mode, on `device`; restored as it was) on rank `rank` of
+    `world_size` (a torch.distributed process group when > 1; every rank calls this, with the same arguments but
+    its rank). `base_stream`: a ClipStream of `cfg.data` (its probed videos are reused). Returns the figures on
+    rank 0, None on the others. Raises ValueError on every rank alike (a stream too short, a non-finite loss)."""
     if steps < 1:
         raise ValueError(f"--steps {steps}: expected at least 1 pair of consecutive batches")
-    scenario_cfg = cfg.scenario
-    if checkpoint is not None:
-        scenario_cfg = OmegaConf.merge(scenario_cfg, {"backbone": {"init": str(checkpoint)}})
-    seed = int(cfg.trainer.seed)
-    scenario = build_scenario(scenario_cfg, cfg.stream, seed=seed)
-    model = scenario.model
+    was_training = model.training
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     state = copy.deepcopy(model.state_dict())
-    # decoded inline, one batch at a time: the pairs jump through the stream
+    # decoded inline, one micro-batch at a time: the pairs jump through the stream
     data_cfg = OmegaConf.merge(cfg.data, {"prefetch": 0, "read_ahead": False})
-    configured = str(cfg.stream.order)
     orders = {"sequential": cfg.stream, "shuffled": OmegaConf.merge(cfg.stream, {"order": "shuffled"})}
-    measured = {k: _order_gradients(model, params, state, data_cfg, s, steps) for k, s in orders.items()}
+    measured = {}
+    try:
+        for key, stream_cfg in orders.items():
+            shard = _Shard(base_stream, data_cfg, stream_cfg, rank, world_size, micro_batch)
+            try:
+                measured[key] = _order_gradients(model, params, state, shard, stream_cfg, steps, device, rank,
+                                                 world_size)
+            finally:
+                shard.close()
+    finally:
+        model.load_state_dict(state)
+        model.train(was_training)
+    if rank != 0:
+        return None
     pooled = [g for m in measured.values() for g in m["grads"]]
     mean = torch.stack(pooled).mean(0)
     out: Dict[str, Any] = {}
@@ -123,53 +188,87 @@ def measure(cfg, *, steps: int = 8, checkpoint: Optional[str] = None) -> Dict[st
     for key, m in measured.items():
         out[f"{key}_raw"] = _mean_pair_cosine(m["grads"], None)
     seq = measured["sequential"]
-    out.update(order=configured, pairs=len(seq["starts"]), steps=seq["starts"],
+    shard_size = int(cfg.stream.batch_size) // world_size
+    out.update(order=str(cfg.stream.order), pairs=len(seq["starts"]), steps=seq["starts"],
                steps_per_pass=seq["steps_per_pass"], scenario=str(cfg.scenario.name),
                batch_size=int(cfg.stream.batch_size), frames_per_clip=int(cfg.stream.frames_per_clip),
                fps=float(cfg.stream.fps), clip_shift=int(cfg.stream.clip_shift),
-               resolution=int(cfg.stream.resolution), data=str(cfg.data.name), seed=seed,
-               weights=str(checkpoint) if checkpoint is not None else str(scenario_cfg.backbone.init),
-               parameters=int(mean.numel()), mean_removed="pooled mean of all measured gradients (both orders)")
+               resolution=int(cfg.stream.resolution), data=str(cfg.data.name), seed=int(cfg.trainer.seed),
+               weights=str(weights if weights is not None else cfg.scenario.backbone.init),
+               parameters=int(mean.numel()), mean_removed="pooled mean of all measured gradients (both orders)",
+               world_size=world_size, micro_batch=min(micro_batch or shard_size, shard_size),
+               device=str(device or "cpu"))
     return out
 
 
-def log_correlation(mlflow_client, run_id: str, cfg) -> Dict[str, Any]:
-    """Measure with `trainer.correlation_steps` pairs at the run's initial weights (on the driver, with
-    `trainer.cpus_per_worker` torch threads) and log the four cosines as metrics at step 0 of the MLflow run `run_id`;
-    returns the measurement ({} when the stream has no pair of consecutive batches: a warning on stderr)."""
-    from mlflow.entities import Metric
+def measure(cfg, *, steps: int = 8, checkpoint: Optional[str] = None, device: Optional[str] = None,
+            micro_batch: Optional[int] = None) -> Dict[str, Any]:
+    """The measurement in this process (world size 1): the mean cosine of consecutive batches' gradients (pass
+    mean removed) in the configured and shuffled orders.
 
-    from raystream.tracking.store import retry
+    `cfg`: a composed run config (DictConfig). `steps`: pairs of consecutive batches per order. `checkpoint`: a
+    model state dict, checkpoint or run directory (as `scenario.backbone.init`); None = the scenario's own init.
+    `device`: a torch device ("cpu", "cuda", "cuda:1"; default cpu). `micro_batch`: clips per forward pass (memory
+    is one micro-batch's); None = the whole global batch at once.
+    Raises DataError (videos), CheckpointError (checkpoint) or ValueError (a stream too short, a non-finite loss,
+    a bad device or micro-batch).
+    """
+    from raystream.data import build_stream
+    from raystream.models import build_scenario
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
+    if steps < 1:
+        raise ValueError(f"--steps {steps}: expected at least 1 pair of consecutive batches")
+    if micro_batch is not None and micro_batch < 1:
+        raise ValueError(f"--micro-batch {micro_batch}: expected at least 1 clip")
+    target = _device(device)
+    scenario_cfg = cfg.scenario
+    if checkpoint is not None:
+        scenario_cfg = OmegaConf.merge(scenario_cfg, {"backbone": {"init": str(checkpoint)}})
+    base = build_stream(cfg.data, cfg.stream)  # probes the videos once; never iterated
     try:
-        result = measure(cfg, steps=int(cfg.trainer.correlation_steps))
-    except ValueError as exc:  # a stream of one batch trains, but has no consecutive pair: said, not fatal
-        print(f"raystream: stream correlation not measured: {exc}", file=sys.stderr)
-        return {}
+        model = build_scenario(scenario_cfg, cfg.stream, seed=int(cfg.trainer.seed)).model.to(target)
+        return measure_model(model, cfg, base, steps=steps, device=target, micro_batch=micro_batch,
+                             weights=str(checkpoint) if checkpoint is not None else None)
     finally:
-        torch.set_num_threads(threads)
-    now = int(time.time() * 1000)
-    keys = {SEQUENTIAL: "sequential", SHUFFLED: "shuffled", SEQUENTIAL_RAW: "sequential_raw",
-            SHUFFLED_RAW: "shuffled_raw"}
-    metrics = [Metric(name, float(result[k]), now, 0) for name, k in keys.items() if math.isfinite(result[k])]
-    retry(lambda: mlflow_client.log_batch(run_id, metrics=metrics), "log stream correlation")
-    return result
+        base.close()
 
 
-def main(cfg, *, steps: int = 8, checkpoint: Optional[str] = None) -> int:
+def _device(name: Optional[str]) -> torch.device:
+    """`--device` as a torch device, or ValueError naming it."""
+    try:
+        device = torch.device(name or "cpu")
+    except RuntimeError as exc:
+        raise ValueError(f"--device {name}: not a torch device ({exc})") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name}: this machine has no CUDA GPU (torch {torch.__version__}); use --device cpu")
+    return device
+
+
+def figures(result: Dict[str, Any]) -> Dict[str, float]:
+    """The measurement's MLflow metrics (`correlation/*`), the finite ones."""
+    return {name: float(result[k]) for name, k in METRICS.items() if math.isfinite(result[k])}
+
+
+def main(cfg, *, steps: int = 8, checkpoint: Optional[str] = None, device: Optional[str] = None,
+         micro_batch: Optional[int] = None) -> int:
     """`raystream data correlation`: print the measurement as one JSON line. Exit 0, or 2 (bad data, checkpoint,
-    too short a stream)."""
+    device, too short a stream). `micro_batch` None: the run's per-worker batch (`per_worker_batch`)."""
     import json
 
     from raystream.data import DataError
 
     torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
     try:
-        result = measure(cfg, steps=steps, checkpoint=checkpoint)
+        result = measure(cfg, steps=steps, checkpoint=checkpoint, device=device,
+                         micro_batch=micro_batch if micro_batch is not None else per_worker_batch(cfg))
     except (DataError, ValueError) as exc:  # CheckpointError is a ValueError
         print(f"raystream data correlation: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result))
     return 0
+
+
+def not_measured(exc: Exception) -> None:
+    """A stream of one batch trains, but has no consecutive pair: said on stderr, not fatal."""
+    print(f"raystream: stream correlation not measured: {exc}", file=sys.stderr, flush=True)
+

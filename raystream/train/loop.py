@@ -77,6 +77,19 @@ def autocast_for(trainer_cfg, device: torch.device) -> Callable[[], ContextManag
     return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
+@contextlib.contextmanager
+def rng_kept():
+    """Python's, numpy's and torch's (CPU and current GPU) random states are as they were after the block."""
+    py_state, np_state = random.getstate(), np.random.get_state()
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+
+
 def _quiet_ray_train(level: str) -> None:
     """Apply `trainer.ray_log_level` to Ray Train's worker-side loggers (one INFO line per report otherwise).
     Some of them are named by file path (`logging.getLogger(__file__)`), outside the `ray.train` hierarchy."""
@@ -264,14 +277,8 @@ class Evaluator:
         if probe is None and heldout is None:
             return {}
         # Evaluation must not move the training RNG streams (runs with and without evaluation stay identical).
-        py_state, np_state = random.getstate(), np.random.get_state()
-        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-        try:
-            with torch.random.fork_rng(devices=devices):
-                out = self.scenario.evaluate(model, self.cfg.eval, probe=probe, heldout=heldout)
-        finally:
-            random.setstate(py_state)
-            np.random.set_state(np_state)
+        with rng_kept():
+            out = self.scenario.evaluate(model, self.cfg.eval, probe=probe, heldout=heldout)
         return {names.eval_name(k): float(v) for k, v in out.items()}
 
     def close(self) -> None:
@@ -385,6 +392,30 @@ def _finished_already(w: Worker, state: LoopState) -> Dict[str, Any]:
     return final
 
 
+def measure_correlation(w: Worker, records: "Records") -> None:
+    """The stream correlation (raystream/train/correlation.py) at the initial weights, on every rank's device and
+    shard, before step 0; rank 0 logs the figures at step 0. A stream without two consecutive batches, or a
+    non-finite loss, is said on stderr and skipped (the same on every rank, so none waits for another)."""
+    from raystream.train.correlation import figures, measure_model, not_measured, per_worker_batch
+
+    tcfg = w.cfg.trainer
+    if w.rank == 0:
+        records.progress.say(f"measuring the stream correlation: {tcfg.correlation_steps} pairs of global batches "
+                             f"per order, micro-batches of {per_worker_batch(w.cfg)} clips per worker")
+    try:
+        with rng_kept():
+            result = measure_model(w.net, w.cfg, w.stream.stream, steps=int(tcfg.correlation_steps),
+                                   device=w.device, micro_batch=per_worker_batch(w.cfg), rank=w.rank,
+                                   world_size=w.world)
+    except ValueError as exc:
+        if w.rank == 0:
+            not_measured(exc)
+        return
+    if result is not None:
+        records.log(figures(result), 0)
+        records.flush()
+
+
 def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """Ray Train entry point. `config`: {'cfg': resolved run config (dict), 'run': what the driver decided}.
 
@@ -399,6 +430,8 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         return final if w.rank == 0 else None
     records = Records(w, state.start)
     try:
+        if w.run.get("measure_correlation") and state.next_step == 0:  # a fresh run, not a resume
+            measure_correlation(w, records)
         for batch in w.stream:
             t = int(batch.step)
             if t >= w.total:

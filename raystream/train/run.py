@@ -135,10 +135,6 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
     _log_params(client, run_id, flatten(cfg))
     run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
-    if int(cfg.trainer.correlation_steps) > 0 and not info:  # the stream's Figure 1 figure, once per run
-        from raystream.train.correlation import log_correlation
-
-        log_correlation(client, run_id, cfg)
 
     tcfg = cfg.trainer
     resources = {"CPU": float(tcfg.cpus_per_worker), **({"GPU": 1} if tcfg.use_gpu else {})}
@@ -148,7 +144,9 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
             "cfg": OmegaConf.to_container(cfg, resolve=True),
             "run": {"run_name": name, "total_steps": total, "tracking_uri": uri, "mlflow_run_id": run_id,
                     "resume_from": Checkpoint(resume[0], filesystem=fs) if resume is not None else None,
-                    "hooks": faults.from_env(local_run_dir, name)},
+                    "hooks": faults.from_env(local_run_dir, name),
+                    # the stream's Figure 1 figure, once per run, by the workers before step 0
+                    "measure_correlation": int(cfg.trainer.correlation_steps) > 0 and not info},
         },
         scaling_config=ScalingConfig(num_workers=int(tcfg.num_workers), use_gpu=bool(tcfg.use_gpu),
                                      resources_per_worker=resources),

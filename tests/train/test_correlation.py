@@ -1,5 +1,5 @@
-"""`raystream data correlation` and the run-start measurement (raystream/train/correlation.py) on real demo videos
-decoded by decord, real torch gradients, a real MLflow store (sqlite).
+"""`raystream data correlation` and the run-start measurement in the workers (raystream/train/correlation.py) on real
+demo videos decoded by decord, real torch gradients, real gloo process groups, a real Ray Train run and MLflow store.
 
 The correlated stream: the moving-digits demo with consecutive clips one source frame apart, batches of 2 along
 time and a VideoMAE mask fixed for the whole pass (`scenario.mask.mode=fixed`), so consecutive batches hold nearly
@@ -7,14 +7,16 @@ the same pixels under the same mask; shuffled batches are random clips of 2 vide
 """
 
 import json
+import os
+import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
-from mlflow import MlflowClient
-
-from raystream.config import compose
+from raystream.config import ConfigError, compose
+from raystream.tracking.store import client as make_client
 from raystream.train import correlation
 
 
@@ -97,12 +99,102 @@ def test_zero_steps_exits_2(demo_dir):
     assert out.returncode == 2 and "--steps 0" in out.stderr
 
 
-def test_log_correlation_writes_the_figures_to_mlflow(demo_dir, tmp_path):
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    run = client.create_run(client.create_experiment("correlation"))
-    cfg = compose(_tiny(demo_dir, *CORRELATED, "trainer.correlation_steps=2"))
-    result = correlation.log_correlation(client, run.info.run_id, cfg)
-    metrics = client.get_run(run.info.run_id).data.metrics
-    assert metrics[correlation.SEQUENTIAL] == pytest.approx(result["sequential"])
-    assert metrics[correlation.SHUFFLED] == pytest.approx(result["shuffled"])
-    assert correlation.SEQUENTIAL_RAW in metrics and correlation.SHUFFLED_RAW in metrics
+def test_bad_device_or_micro_batch_exits_2_naming_it(demo_dir, capsys):
+    out = _cli(*_tiny(demo_dir), "--steps", "1", "--device", "tpu9", "--micro-batch", "1")
+    assert out.returncode == 2 and "--device tpu9" in out.stderr and "Traceback" not in out.stderr
+    cfg = compose(_tiny(demo_dir))
+    assert correlation.main(cfg, steps=1, micro_batch=0) == 2
+    assert "--micro-batch 0: expected at least 1 clip" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert correlation.main(cfg, steps=1, device="cuda") == 2
+        assert "--device cuda: this machine has no CUDA GPU" in capsys.readouterr().err
+
+
+def test_micro_places_cut_each_rank_shard():
+    assert correlation.micro_places(8, 2, 1) == [range(4, 8)]
+    assert correlation.micro_places(8, 2, 1, 3) == [range(4, 7), range(7, 8)]
+    assert correlation.micro_places(8, 1, 0, 100) == [range(0, 8)]  # never more than the shard
+    with pytest.raises(ValueError, match="micro-batch 0"):
+        correlation.micro_places(8, 1, 0, 0)
+
+
+def test_the_workers_micro_batch_is_the_training_batch_unless_set():
+    assert correlation.per_worker_batch(compose(["stream.batch_size=8", "trainer.num_workers=2"])) == 4
+    assert correlation.per_worker_batch(compose(["stream.batch_size=8", "trainer.num_workers=2",
+                                                 "trainer.correlation_micro_batch=1"])) == 1
+    with pytest.raises(ConfigError, match=r"trainer\.correlation_micro_batch` = 0"):
+        compose(["trainer.correlation_micro_batch=0"])
+
+
+# The regime preset (future prediction on the walking-tour demo, batch 4 along time), shrunk to a 300-frame video.
+# PINNED: its figures from the driver-side implementation this measurement replaced (commit 934278f,
+# `correlation.measure(cfg, steps=3)`, 1 torch thread): the move to the workers must not change them.
+REGIME_STEPS = 3
+PINNED = {"sequential": 0.9750550985336304, "shuffled": 0.14115043357014656,
+          "sequential_raw": 0.9962745110193888, "shuffled_raw": 0.9629306793212891}
+# micro-batches and ranks sum the same gradient in another order: float32 rounding, not a different figure
+TOL = 2e-6
+
+
+@pytest.fixture(scope="module")
+def regime(tmp_path_factory):
+    demo = tmp_path_factory.mktemp("regime-demo")
+    return ["+experiment=regime", "data.demo.frames_per_video=300", f"data.demo.cache_dir={demo}"]
+
+
+def _figures(result):
+    return {k: result[k] for k in PINNED}
+
+
+def test_regime_figures_at_world_size_one_are_unchanged(regime):
+    torch.set_num_threads(1)
+    result = correlation.measure(compose(regime), steps=REGIME_STEPS)
+    assert result["steps"] == [0, 30, 60] and result["micro_batch"] == 4
+    assert _figures(result) == pytest.approx(PINNED, abs=1e-7)
+
+
+def test_micro_batches_give_the_whole_batch_figures(regime):
+    """Micro-batches of 3 clips (3 + 1 per batch of 4): memory of 3 clips, the same figures."""
+    torch.set_num_threads(1)
+    result = correlation.measure(compose(regime), steps=REGIME_STEPS, micro_batch=3)
+    assert result["micro_batch"] == 3
+    assert _figures(result) == pytest.approx(PINNED, abs=TOL)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_gloo_ranks_give_the_single_process_figures(regime, tmp_path):
+    """Two processes in a gloo group, each with its shard of 2 clips in micro-batches of 1, sum their gradients."""
+    out = tmp_path / "figures.json"
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    script = str(Path(__file__).with_name("correlation_ranks.py"))
+    ranks = [subprocess.Popen([sys.executable, script, str(out), str(REGIME_STEPS), "1", *regime],
+                              env={**env, "RANK": str(r)}, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    errors = [p.communicate(timeout=300)[1] for p in ranks]
+    assert [p.returncode for p in ranks] == [0, 0], errors
+    result = json.loads(out.read_text())
+    assert result["world_size"] == 2 and result["micro_batch"] == 1 and result["steps"] == [0, 30, 60]
+    assert _figures(result) == pytest.approx(PINNED, abs=TOL)
+
+
+@pytest.mark.slow
+def test_ray_train_workers_log_the_single_process_figures(ray_cluster, regime, tmp_path):
+    """A Ray Train run of 2 workers measures before step 0, each worker on its shard; rank 0 logs the figures at
+    step 0 of the run's MLflow run, equal to the single-process ones."""
+    from raystream.train.run import fit
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = compose([*regime, "trainer.num_workers=2", "trainer.max_steps=1", f"trainer.correlation_steps={REGIME_STEPS}",
+                   "eval.heldout_batches=1", f"trainer.storage_path={tmp_path / 'results'}",
+                   f"mlflow.tracking_uri={uri}"])
+    final = fit(cfg, run_name="workers")
+    client = make_client(uri)
+    logged = {key: client.get_metric_history(final["mlflow_run_id"], metric)
+              for metric, key in correlation.METRICS.items()}
+    assert {k: [m.step for m in h] for k, h in logged.items()} == {k: [0] for k in PINNED}
+    assert {k: h[0].value for k, h in logged.items()} == pytest.approx(PINNED, abs=TOL)

@@ -289,7 +289,8 @@ class Records:
         self.w = w
         self.active = w.rank == 0
         batch_size = w.cfg.stream.batch_size
-        self.logger = StepLogger(w.run["tracking_uri"], w.run["mlflow_run_id"]) if self.active else None
+        self.logger = StepLogger(w.run["tracking_uri"], w.run["mlflow_run_id"], unsent=w.run.get("unsent_metrics")) \
+            if self.active else None
         self.progress = Progress(w.run["run_name"], w.total, batch_size, w.cfg.trainer.log_every) \
             if self.active else None
         self.evaluator = Evaluator(w.cfg, w.scenario) if self.active else None
@@ -327,7 +328,7 @@ class Records:
 
     def close(self) -> None:
         if self.active:
-            self.logger.flush()
+            self.logger.close()  # what the tracking store did not take stays in the unsent file (the driver tells)
             self.evaluator.close()
 
 

@@ -186,8 +186,7 @@ def _checkpoint_to_restore(run: Dict[str, Any]):
     one on storage, which Ray's record can lag behind), or None."""
     import ray.train
 
-    found = [c for c in (ray.train.get_checkpoint(), run.get("resume_from")) if c is not None]
-    return max(found, key=lambda c: int(Path(c.path).name.removeprefix(checkpoint.PREFIX))) if found else None
+    return checkpoint.restorable([ray.train.get_checkpoint(), run.get("resume_from")])  # verified: a torn one skipped
 
 
 def restore(w: Worker) -> LoopState:

@@ -3,6 +3,7 @@
     raystream train  [overrides] [--cfg job]
     raystream sweep  [overrides] [--cfg job]
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
+    raystream tracking upload FILE [--tracking-uri URI]   # metric values a tracking outage left unsent
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
     raystream data make-demo [overrides]
     raystream data correlation [overrides] [--checkpoint PATH] [--steps N] [--device D] [--micro-batch M]
@@ -56,6 +57,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--parent", help="MLflow run id of a sweep's parent run")
     r.add_argument("--out", default=None, help="directory for report.md, report.csv and plots")
 
+    t = sub.add_parser("tracking", help="MLflow records a tracking outage left behind")
+    tsub = t.add_subparsers(dest="tracking_command", required=True)
+    u = tsub.add_parser("upload", help="write a run's unsent_metrics.jsonl into its MLflow run and close the run")
+    u.add_argument("file", help="the unsent_metrics.jsonl path or URI the run printed")
+    u.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the one in the file)")
+
     d = sub.add_parser("data", help="demo videos and stream inspection")
     dsub = d.add_subparsers(dest="data_command", required=True)
     i = dsub.add_parser("inspect", help="print one JSON object per global batch (or per step and rank)")
@@ -99,6 +106,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from raystream.tracking.report import main as report_main
 
         return report_main(experiment=args.experiment, parent=args.parent, out=args.out)
+    if args.command == "tracking":
+        from raystream.tracking.unsent import main as upload_main
+
+        return upload_main(args.file, tracking_uri=args.tracking_uri)
 
     cfg = compose(args.overrides)
     if getattr(args, "cfg", None) == "job":

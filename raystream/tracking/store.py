@@ -17,6 +17,7 @@ import logging
 import os
 import random
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, TypeVar
 
@@ -150,6 +151,23 @@ def _ask_server(uri: str) -> None:
     reason = str(last).splitlines()[0] if last is not None and str(last) else type(last).__name__
     raise TrackingStoreError(f"MLflow tracking URI {uri}: no answer after {SERVER_ATTEMPTS} tries "
                              f"({SERVER_TIMEOUT_S:g} s each): {reason[:300]}")
+
+
+@contextmanager
+def failing_fast():
+    """MLflow HTTP calls in this block fail at the first refused connection (no urllib3 retries, 10 s timeout):
+    for calls made while the tracking server may be down (closing a run during an outage)."""
+    keys = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+    before = {k: os.environ.get(k) for k in keys}
+    os.environ.update(keys)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def retry(fn: Callable[[], T], what: str, attempts: int = 8) -> T:

@@ -10,7 +10,10 @@ Everything is tensors and plain containers, so it loads with `torch.load(weights
 
 Which checkpoint a re-run resumes from is read from the storage itself (`latest`): Ray Train's own record of the
 latest checkpoint lags behind what the workers have written (the controller takes one report per poll), so after
-Ctrl-C or `kill` it can name a checkpoint two or more behind the newest complete one. `prune` removes the
+Ctrl-C or `kill` it can name a checkpoint two or more behind the newest complete one. Whichever names it, the
+checkpoint a worker restores is verified first (`restorable`: every file there, at the size recorded at save): a
+torn one (a node lost while writing, an upload cut short) is skipped with a warning naming it, for the newest
+complete one; when none is complete, `CheckpointError` names them all. `prune` removes the
 checkpoint directories Ray Train no longer keeps (those it never registered included), so `trainer.keep_checkpoints`
 holds after a resume too.
 """
@@ -19,8 +22,9 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
-from typing import Any, Collection, Dict, Optional, Tuple
+from typing import Any, Collection, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -76,27 +80,43 @@ def load(directory: Path, map_location: Optional[torch.device] = None
     missing = [f for f in (MODEL_FILE, STATE_FILE, META_FILE) if not (directory / f).is_file()]
     if missing:
         raise FileNotFoundError(f"checkpoint {directory} lacks {', '.join(missing)}")
-    model_state = torch.load(directory / MODEL_FILE, map_location=map_location or "cpu", weights_only=True)
-    train_state = torch.load(directory / STATE_FILE, map_location=map_location or "cpu", weights_only=True)
+    try:
+        model_state = torch.load(directory / MODEL_FILE, map_location=map_location or "cpu", weights_only=True)
+        train_state = torch.load(directory / STATE_FILE, map_location=map_location or "cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError) as exc:  # torch's "PytorchStreamReader failed reading zip archive"
+        raise CheckpointError(f"checkpoint {directory} cannot be read: {type(exc).__name__}: "
+                              f"{(str(exc).splitlines() or [''])[0]}") from None
     meta = json.loads((directory / META_FILE).read_text())
     return model_state, train_state, meta
 
 
-def _complete_meta(fs, path: str) -> Optional[Dict[str, Any]]:
-    """meta.json of checkpoint directory `path` on pyarrow filesystem `fs` when every file is there in full."""
+class CheckpointError(RuntimeError):
+    """No checkpoint of a run can be resumed from (each one torn); the message names them and why."""
+
+
+def _meta_or_problem(fs, path: str) -> Tuple[Optional[Dict[str, Any]], str]:
+    """(meta.json, "") of checkpoint directory `path` on pyarrow filesystem `fs` when every file is there at the
+    size recorded at save; else (None, what is wrong)."""
     import pyarrow.fs as pafs
 
     try:
         with fs.open_input_stream(f"{path}/{META_FILE}") as f:
             meta = json.loads(f.read().decode())
-    except (OSError, ValueError):  # missing, or cut short by a kill during the upload
-        return None
+    except (OSError, ValueError) as exc:  # missing, or cut short by a kill during the upload
+        return None, f"{META_FILE} missing or unreadable ({type(exc).__name__})"
     sizes = meta.get("file_sizes") or {MODEL_FILE: None, STATE_FILE: None}
     for name, size in sizes.items():
         info = fs.get_file_info(f"{path}/{name}")
-        if info.type != pafs.FileType.File or (size is not None and info.size != size):
-            return None
-    return meta
+        if info.type != pafs.FileType.File:
+            return None, f"{name} missing"
+        if size is not None and info.size != size:
+            return None, f"{name} is {info.size} bytes, {size} were written"
+    return meta, ""
+
+
+def _complete_meta(fs, path: str) -> Optional[Dict[str, Any]]:
+    """meta.json of checkpoint directory `path` on pyarrow filesystem `fs` when every file is there in full."""
+    return _meta_or_problem(fs, path)[0]
 
 
 def checkpoint_dirs(fs, run_dir: str) -> Dict[str, int]:
@@ -114,12 +134,41 @@ def checkpoint_dirs(fs, run_dir: str) -> Dict[str, int]:
 
 
 def latest(fs, run_dir: str) -> Optional[Tuple[str, Dict[str, Any]]]:
-    """(path, meta) of the complete checkpoint with the highest step in `run_dir`, or None."""
+    """(path, meta) of the complete checkpoint with the highest step in `run_dir`; None when it holds none. Newer
+    torn ones are skipped with a warning naming each; CheckpointError when every one is torn."""
+    skipped = []
     for path, _ in sorted(checkpoint_dirs(fs, run_dir).items(), key=lambda item: -item[1]):
-        meta = _complete_meta(fs, path)
+        meta, problem = _meta_or_problem(fs, path)
         if meta is not None:
+            for bad, why in skipped:
+                print(f"raystream: WARNING: skipping torn checkpoint {bad} ({why}); resuming from {path}",
+                      file=sys.stderr, flush=True)
             return path, meta
+        skipped.append((path, problem))
+    if skipped:
+        raise CheckpointError(
+            f"no checkpoint of {run_dir} can be resumed from: "
+            + "; ".join(f"{bad} ({why})" for bad, why in skipped)
+            + ". Remove them to start the run over, or start a new run under another trainer.run_name")
     return None
+
+
+def restorable(candidates: Sequence[Any]):
+    """The checkpoint a worker restores: the newest of `candidates` (Ray `Checkpoint`s: Ray Train's record of the
+    latest and the driver's `resume_from`) when it is complete, else the newest complete one in its run directory
+    (`latest`, naming what it skips). None without candidates; CheckpointError when none is complete."""
+    found = [c for c in candidates if c is not None]
+    if not found:
+        return None
+    newest = max(found, key=lambda c: int(Path(c.path).name.removeprefix(PREFIX)))
+    if _complete_meta(newest.filesystem, newest.path) is not None:
+        return newest
+    picked = latest(newest.filesystem, newest.path.rstrip("/").rsplit("/", 1)[0])
+    if picked is None:  # the run directory itself is gone
+        raise CheckpointError(f"checkpoint {newest.path}: {_meta_or_problem(newest.filesystem, newest.path)[1]}")
+    from ray.train import Checkpoint
+
+    return Checkpoint(picked[0], filesystem=newest.filesystem)
 
 
 def prune(fs, run_dir: str, keep: Collection[str]) -> list:

@@ -199,8 +199,7 @@ def _checkpoint_to_restore(run: Dict[str, Any]):
     one on storage, which Ray's record can lag behind), or None."""
     import ray.train
 
-    found = [c for c in (ray.train.get_checkpoint(), run.get("resume_from")) if c is not None]
-    return max(found, key=lambda c: int(Path(c.path).name.removeprefix(checkpoint.PREFIX))) if found else None
+    return checkpoint.restorable([ray.train.get_checkpoint(), run.get("resume_from")])  # verified: a torn one skipped
 
 
 def restore(w: Worker) -> LoopState:
@@ -296,7 +295,8 @@ class Records:
         self.w = w
         self.active = w.rank == 0
         batch_size = w.cfg.stream.batch_size
-        self.logger = StepLogger(w.run["tracking_uri"], w.run["mlflow_run_id"]) if self.active else None
+        self.logger = StepLogger(w.run["tracking_uri"], w.run["mlflow_run_id"], unsent=w.run.get("unsent_metrics")) \
+            if self.active else None
         self.progress = Progress(w.run["run_name"], w.total, batch_size, w.cfg.trainer.log_every) \
             if self.active else None
         self.evaluator = Evaluator(w.cfg, w.scenario) if self.active else None
@@ -334,7 +334,7 @@ class Records:
 
     def close(self) -> None:
         if self.active:
-            self.logger.flush()
+            self.logger.close()  # what the tracking store did not take stays in the unsent file (the driver tells)
             self.evaluator.close()
 
 

@@ -32,9 +32,9 @@ from typing import Any, Dict, List, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from raystream.config import ConfigError, check, flatten
-from raystream.tracking import names
+from raystream.tracking import names, unsent
 from raystream.tracking.store import client as mlflow_client_for
-from raystream.tracking.store import end_run, retry, start_run, tracking_uri
+from raystream.tracking.store import end_run, failing_fast, retry, start_run, tracking_uri
 from raystream.train import checkpoint as ckpt_files
 from raystream.train import faults
 from raystream.train import storage as results
@@ -49,6 +49,11 @@ MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
 
 class Interrupted(KeyboardInterrupt):
     """The user interrupted the run (Ctrl-C: Ray Train aborts its workers); its MLflow run is KILLED."""
+
+
+class TrackingUnavailable(RuntimeError):
+    """Training ended but the MLflow tracking store did not take every metric value: they are saved beside the
+    checkpoints, and the message holds the command that uploads them."""
 
 
 def default_run_name(cfg) -> str:
@@ -144,6 +149,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
             "cfg": OmegaConf.to_container(cfg, resolve=True),
             "run": {"run_name": name, "total_steps": total, "tracking_uri": uri, "mlflow_run_id": run_id,
                     "resume_from": Checkpoint(resume[0], filesystem=fs) if resume is not None else None,
+                    "unsent_metrics": unsent.path_in(run_dir.uri),
                     "hooks": faults.from_env(local_run_dir, name),
                     # the stream's Figure 1 figure, once per run, by the workers before step 0
                     "measure_correlation": int(cfg.trainer.correlation_steps) > 0 and not info},
@@ -168,17 +174,40 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         if interrupted:
             raise Interrupted(f"run {name} interrupted") from None
         raise
-    retry(lambda: client.set_tag(run_id, names.TAG_STATUS, "finished"), "tag run")
-    _log_artifacts(client, run_id, cfg, result.checkpoint, bool(tcfg.log_checkpoint_artifact))
     kept = {Path(c.path).name for c, _ in result.best_checkpoints or []}
     if result.checkpoint is not None:
         kept.add(Path(result.checkpoint.path).name)
+    try:
+        _upload_unsent(unsent.path_in(run_dir.uri), run_id, uri)
+    except TrackingUnavailable:
+        ckpt_files.prune(fs, run_dir.path, kept)
+        raise
+    retry(lambda: client.set_tag(run_id, names.TAG_STATUS, "finished"), "tag run")
+    _log_artifacts(client, run_id, cfg, result.checkpoint, bool(tcfg.log_checkpoint_artifact))
     ckpt_files.prune(fs, run_dir.path, kept)
     end_run(client, run_id, status="FINISHED")
     final = dict(result.return_value or result.metrics or {})
     final.update(mlflow_run_id=run_id, run_name=name, run_dir=storage.uri_of(str(result.path)),
                  checkpoint_path=storage.uri_of(result.checkpoint.path) if result.checkpoint is not None else None)
     return final
+
+
+def _upload_unsent(path: str, run_id: str, uri: str) -> None:
+    """Write the metric values the workers could not (`path`, left by the last attempt during an outage) into the
+    MLflow run; when the store still does not answer, raise TrackingUnavailable naming the file and the command."""
+    if not unsent.exists(path):
+        return
+    try:
+        with failing_fast():
+            unsent.upload(path, uri)
+    except Exception as exc:
+        count = unsent.set_end_status(path, "FINISHED")
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise TrackingUnavailable(
+            f"training finished, but the MLflow tracking store at {uri} does not answer ({type(exc).__name__}: "
+            f"{first}): {count} metric values are saved in {path} and MLflow run {run_id} stays RUNNING. When the "
+            f"store answers, write them and close the run with:\n  {unsent.UPLOAD_COMMAND} {shlex.quote(path)}"
+        ) from None
 
 
 def _close_failed(client, run_id: str, exc: BaseException, interrupted: bool) -> None:
@@ -232,6 +261,9 @@ def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> int:
         return 130
     except DivergedError as exc:
         print(f"raystream train: {exc}; the MLflow run is marked FAILED", file=sys.stderr)
+        return 1
+    except TrackingUnavailable as exc:
+        print(f"raystream train: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # ray.train.TrainingFailedError and what it wraps
         print(f"raystream train: training failed: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -58,14 +58,13 @@ def test_step_logger_records_each_step_once_across_restarts(store):
     first = StepLogger(uri, run_id)
     for step in range(5):
         first.log({"loss": 1.0 / (step + 1), "grad_cos_prev": math.nan if step == 0 else 0.5}, step)
-    first.flush()
+    assert first.close() == 0
     # a restarted loop replays steps 3.. from its checkpoint: the replayed steps are dropped, new ones kept
     second = StepLogger(uri, run_id)
-    assert second.last_step("loss") == 4 and second.last_step("grad_cos_prev") == 4
     for step in range(3, 8):
         second.log({"loss": 1.0 / (step + 1), "grad_cos_prev": 0.5}, step)
     second.log({"loss": 123.0}, 7)  # the same step twice in one attempt is also dropped
-    second.flush()
+    assert second.close() == 0 and second.last_step("loss") == 7
     loss = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "loss"))
     assert [s for s, _ in loss] == list(range(8))
     assert loss[7][1] == pytest.approx(1 / 8)
@@ -78,7 +77,7 @@ def test_grad_cosine_plots_are_written(store, tmp_path):
     logger = StepLogger(uri, run_id)
     for step in range(30):
         logger.log({names.GRAD_COS_PREV: math.cos(step / 5), names.GRAD_COS_EMA: 0.1}, step)
-    logger.flush()
+    logger.close()
     series = history(client, run_id)
     assert len(series[names.GRAD_COS_PREV]) == 30
     files = grad_cosine_plots(series, tmp_path / "plots", title="t")

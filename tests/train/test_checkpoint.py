@@ -99,3 +99,38 @@ def test_latest_is_the_newest_complete_checkpoint_and_prune_keeps_the_named(tmp_
     assert sorted(p.rsplit("/", 1)[-1] for p in gone) == ["checkpoint_00000010", "checkpoint_00000030"]
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [
         "checkpoint_00000020", "checkpoint_00000040", "checkpoint_manager_snapshot.json"]
+
+
+def test_a_torn_newest_checkpoint_is_skipped_by_name_whichever_record_names_it(tmp_path, capfd):
+    """The newest checkpoint's model file cut short (a node lost while writing): a resume falls back to the newest
+    complete one and names the one it skipped, whether Ray's record or the storage scan named the torn one; with
+    every checkpoint torn it fails naming them all, and loading a torn file names its directory."""
+    import pyarrow.fs
+    from ray.train import Checkpoint
+
+    fs, run_dir = pyarrow.fs.LocalFileSystem(), tmp_path / "run"
+    model = torch.nn.Linear(3, 2)
+    for step in (2, 4, 6):
+        checkpoint.save(run_dir / checkpoint.dir_name(step), model_state=model.state_dict(),
+                        train_state={"count": step}, meta={"next_step": step})
+    torn = run_dir / checkpoint.dir_name(6)
+    (torn / checkpoint.MODEL_FILE).write_bytes((torn / checkpoint.MODEL_FILE).read_bytes()[:100])
+
+    assert checkpoint.latest(fs, str(run_dir))[0] == str(run_dir / checkpoint.dir_name(4))  # the storage scan
+    assert f"skipping torn checkpoint {torn}" in capfd.readouterr().err
+    ray_record = Checkpoint(str(torn), filesystem=fs)  # Ray Train's record names the torn one
+    older = Checkpoint(str(run_dir / checkpoint.dir_name(2)), filesystem=fs)
+    picked = checkpoint.restorable([ray_record, older])
+    assert picked.path == str(run_dir / checkpoint.dir_name(4))
+    err = capfd.readouterr().err
+    assert str(torn) in err and "model.pt is 100 bytes" in err
+    assert checkpoint.restorable([older, None]).path == older.path  # complete: taken as it is
+    assert checkpoint.restorable([None, None]) is None
+
+    with pytest.raises(checkpoint.CheckpointError, match=f"{torn} cannot be read"):
+        checkpoint.load(torn)
+    for step in (2, 4):
+        (run_dir / checkpoint.dir_name(step) / checkpoint.STATE_FILE).write_bytes(b"")
+    with pytest.raises(checkpoint.CheckpointError) as failed:
+        checkpoint.restorable([ray_record])
+    assert all(checkpoint.dir_name(s) in str(failed.value) for s in (2, 4, 6))

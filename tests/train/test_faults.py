@@ -24,3 +24,56 @@ def test_no_hooks_without_env(monkeypatch):
     monkeypatch.delenv("RAYSTREAM_STEP_DELAY_S", raising=False)
     assert faults.from_env(None, "r") == {}
     faults.before_step({}, 0, 0)
+
+
+@pytest.mark.slow
+def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(ray_cluster, tiny, tiny_overrides,
+                                                                               workdir, capfd, monkeypatch):
+    """The MLflow server dies at step 1 and stays down: training ends all the same, non-zero, naming the file of
+    unsent metrics beside the checkpoints and the command that uploads it; that command, once the server is back,
+    records every step exactly once and closes the run FINISHED."""
+    import threading
+    import time
+    from pathlib import Path
+
+    from mlflow_outage import restartable_mlflow
+
+    from raystream.cli import main as cli_main
+    from raystream.config import compose
+    from raystream.tracking import client as make_client
+    from raystream.tracking import unsent
+    from raystream.train import run
+
+    monkeypatch.setenv("RAYSTREAM_STEP_DELAY_S", "0.5")
+    with restartable_mlflow() as server:
+        overrides = [*tiny_overrides("trainer.num_workers=1"), f"mlflow.tracking_uri={server.uri}",
+                     "trainer.run_name=outage"]
+        client = make_client(server.uri)
+
+        def kill_after_step_1():
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                runs = client.search_runs(client.get_experiment_by_name("train-tests").experiment_id,
+                                          "tags.`mlflow.runName` = 'outage'") \
+                    if client.get_experiment_by_name("train-tests") else []
+                if runs and any(m.step >= 1 for m in client.get_metric_history(runs[0].info.run_id, "loss")):
+                    server.kill()
+                    return
+                time.sleep(0.2)
+
+        killer = threading.Thread(target=kill_after_step_1, daemon=True)
+        killer.start()
+        assert run.main(compose(overrides), overrides) == 1
+        killer.join()
+        err = capfd.readouterr().err
+        path = str(Path(workdir["storage"]) / "outage" / unsent.FILE_NAME)
+        assert f"raystream tracking upload {path}" in err and server.uri in err
+        header, saved = unsent.read(path)
+        assert header["end_status"] == "FINISHED" and {m.step for m in saved if m.key == "loss"} >= {5}
+
+        server.start()
+        assert cli_main(["tracking", "upload", path]) == 0
+        mlflow_run = client.get_run(header["mlflow_run_id"])
+        assert mlflow_run.info.status == "FINISHED"
+        assert sorted(m.step for m in client.get_metric_history(header["mlflow_run_id"], "loss")) == list(range(6))
+        assert not Path(path).exists()

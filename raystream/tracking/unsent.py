@@ -1,0 +1,155 @@
+"""Metric values a run could not write to MLflow (the tracking store did not answer), saved beside its checkpoints,
+and uploading them once the store answers again: `raystream tracking upload <file>`.
+
+The file (`unsent_metrics.jsonl` in the run directory: a local path or a bucket URI) is JSON lines: a header
+`{"mlflow_run_id", "tracking_uri", "end_status"}` (`end_status` set by the driver when the run ended during the
+outage: the upload then closes the MLflow run with it), then one `{"key", "value", "step", "timestamp"}` per value,
+in the order the run logged them. Uploading is idempotent: values at or below the step MLflow already holds for
+their metric are skipped, so an upload cut short can be run again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+FILE_NAME = "unsent_metrics.jsonl"
+UPLOAD_COMMAND = "raystream tracking upload"
+MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
+
+
+def path_in(run_dir: str) -> str:
+    """The unsent-metrics file of run directory `run_dir` (a local path or a URI)."""
+    return f"{run_dir.rstrip('/')}/{FILE_NAME}"
+
+
+def _fs(where: str):
+    import pyarrow.fs as pafs
+
+    return pafs.FileSystem.from_uri(where)
+
+
+def write(where: str, header: Dict[str, Any], metrics: Iterable[Any]) -> None:
+    """Write the file `where` (replacing it; atomically on a local disk) with `header` and the `Metric`s."""
+    lines = [json.dumps(header, sort_keys=True)]
+    lines += [json.dumps({"key": m.key, "value": m.value, "step": m.step, "timestamp": m.timestamp}) for m in metrics]
+    data = ("\n".join(lines) + "\n").encode()
+    fs, path = _fs(where)
+    parent = path.rsplit("/", 1)[0]
+    fs.create_dir(parent, recursive=True)
+    if "://" not in where:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        return
+    with fs.open_output_stream(path) as f:
+        f.write(data)
+
+
+def read(where: str) -> Optional[Tuple[Dict[str, Any], List[Any]]]:
+    """(header, `Metric`s) of the file `where`, or None when there is none."""
+    import pyarrow.fs as pafs
+    from mlflow.entities import Metric
+
+    fs, path = _fs(where)
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return None
+    with fs.open_input_stream(path) as f:
+        lines = [line for line in f.read().decode().splitlines() if line.strip()]
+    if not lines:
+        return None
+    header = json.loads(lines[0])
+    metrics = [Metric(key=d["key"], value=float(d["value"]), timestamp=int(d["timestamp"]), step=int(d["step"]))
+               for d in map(json.loads, lines[1:])]
+    return header, metrics
+
+
+def exists(where: str) -> bool:
+    import pyarrow.fs as pafs
+
+    fs, path = _fs(where)
+    return fs.get_file_info(path).type == pafs.FileType.File
+
+
+def remove(where: str) -> None:
+    import pyarrow.fs as pafs
+
+    fs, path = _fs(where)
+    if fs.get_file_info(path).type == pafs.FileType.File:
+        fs.delete_file(path)
+
+
+def set_end_status(where: str, status: str) -> int:
+    """Record in the file that the run ended with `status` (the upload closes the MLflow run so); how many values
+    it holds."""
+    found = read(where)
+    if found is None:
+        return 0
+    header, metrics = found
+    write(where, {**header, "end_status": status}, metrics)
+    return len(metrics)
+
+
+def recorded_steps(client, run_id: str, keys: Optional[Iterable[str]] = None) -> Dict[str, int]:
+    """The highest step MLflow holds for each metric of run `run_id` (only `keys` when given)."""
+    if keys is None:
+        keys = list(client.get_run(run_id).data.metrics)
+    last: Dict[str, int] = {}
+    for key in keys:
+        history = client.get_metric_history(run_id, key)
+        if history:
+            last[key] = max(m.step for m in history)
+    return last
+
+
+def new_values(metrics: Iterable[Any], recorded: Dict[str, int]) -> List[Any]:
+    """The values of `metrics` (in order) above the step `recorded` holds for their metric."""
+    return [m for m in metrics if m.step > recorded.get(m.key, -1)]
+
+
+def send(client, run_id: str, metrics: List[Any]) -> int:
+    """Write `metrics` not yet recorded (in order, in batches MLflow accepts); how many were written."""
+    todo = new_values(metrics, recorded_steps(client, run_id, {m.key for m in metrics}))
+    for i in range(0, len(todo), MAX_METRICS_PER_BATCH):
+        client.log_batch(run_id, metrics=todo[i:i + MAX_METRICS_PER_BATCH])
+    return len(todo)
+
+
+def upload(where: str, tracking_uri: Optional[str] = None) -> Tuple[int, Dict[str, Any]]:
+    """Upload the file `where` into its MLflow run (at `tracking_uri`, else the one it names), close the run with its
+    `end_status` when set, and remove the file. Returns (values written, header). Raises FileNotFoundError."""
+    from raystream.tracking.store import client as make_client
+
+    found = read(where)
+    if found is None:
+        raise FileNotFoundError(f"no unsent-metrics file at {where}")
+    header, metrics = found
+    client = make_client(tracking_uri or header["tracking_uri"])
+    written = send(client, header["mlflow_run_id"], metrics)
+    if header.get("end_status"):
+        client.set_terminated(header["mlflow_run_id"], status=header["end_status"])
+    remove(where)
+    return written, header
+
+
+def main(file: str, tracking_uri: Optional[str] = None) -> int:
+    """`raystream tracking upload FILE [--tracking-uri URI]`: exit 0 when uploaded, 1 when the store still fails."""
+    import sys
+
+    try:
+        written, header = upload(file, tracking_uri)
+    except FileNotFoundError as exc:
+        print(f"raystream tracking upload: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the store still does not answer: the file stays
+        text = str(exc).strip().splitlines()
+        print(f"raystream tracking upload: MLflow at {tracking_uri or '(the URI in the file)'} failed: "
+              f"{type(exc).__name__}: {text[0] if text else ''}; {file} is kept, run the command again",
+              file=sys.stderr)
+        return 1
+    closed = f", run closed as {header['end_status']}" if header.get("end_status") else ""
+    print(f"raystream tracking upload: {written} metric values written to MLflow run {header['mlflow_run_id']} at "
+          f"{tracking_uri or header['tracking_uri']}{closed}; removed {file}")
+    return 0

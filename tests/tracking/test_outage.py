@@ -1,0 +1,68 @@
+"""A tracking outage does not stop the metric writer from taking values: MLflow's tracking server (sqlite store,
+127.0.0.1) is stopped while values are logged and started again on the same port; every step is then recorded
+exactly once, in order."""
+
+import math
+
+from mlflow_outage import restartable_mlflow
+
+from raystream.tracking import StepLogger, start_run
+from raystream.tracking import client as make_client
+from raystream.tracking import unsent
+
+
+def wait_for(check, what: str, timeout_s: float = 90.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
+def test_outage_is_named_buffered_saved_and_flushed_once_the_server_returns(tmp_path, capsys):
+    spill = str(tmp_path / "run" / unsent.FILE_NAME)
+    with restartable_mlflow() as server:
+        client = make_client(server.uri)
+        run_id = start_run(client, experiment="outage", uri=server.uri, run_name="r")
+        logger = StepLogger(server.uri, run_id, unsent=spill, warn_after_s=1.0)
+        for step in range(5):
+            logger.log({"loss": 1.0 / (step + 1), "lr": 0.1}, step)
+        logger.flush()
+        wait_for(lambda: logger.pending == 0, "the first steps written")
+
+        server.kill()
+        for step in range(5, 40):  # returns at once: nothing waits for the dead server
+            logger.log({"loss": 1.0 / (step + 1), "lr": 0.1, "nan": math.nan}, step)
+            logger.flush()
+        wait_for(lambda: "has not answered" in capsys.readouterr().err if logger.outage else False,
+                 "a warning naming the outage")
+        logger.flush()  # during the outage: what is buffered is saved beside the checkpoints
+        header, saved = unsent.read(spill)
+        assert header == {"mlflow_run_id": run_id, "tracking_uri": server.uri}
+        assert [m.step for m in saved if m.key == "loss"] == list(range(5, 40))
+
+        server.start()
+        assert logger.close(timeout_s=90) == 0
+        assert unsent.read(spill) is None  # all written: the file is gone
+        client = make_client(server.uri)
+        loss = client.get_metric_history(run_id, "loss")
+        assert sorted(m.step for m in loss) == list(range(40))  # each step exactly once
+        assert {m.step: m.value for m in loss}[39] == 1 / 40
+        assert "nan" not in client.get_run(run_id).data.metrics
+
+
+def test_warning_names_the_uri(tmp_path, capsys):
+    """The warning names the tracking URI, and a logger started during an outage takes values all the same."""
+    with restartable_mlflow() as server:
+        run_id = start_run(make_client(server.uri), experiment="outage", uri=server.uri, run_name="r")
+        server.kill()
+        logger = StepLogger(server.uri, run_id, unsent=str(tmp_path / unsent.FILE_NAME), warn_after_s=0.5)
+        logger.log({"loss": 1.0}, 0)
+        wait_for(lambda: logger.outage, "the outage noticed")
+        assert logger.close(timeout_s=2) == 1  # still down: the value is in the unsent file
+        assert server.uri in capsys.readouterr().err
+        server.start()
+        assert unsent.main(str(tmp_path / unsent.FILE_NAME)) == 0  # `raystream tracking upload FILE`
+        assert [m.step for m in make_client(server.uri).get_metric_history(run_id, "loss")] == [0]
+        assert unsent.main(str(tmp_path / unsent.FILE_NAME)) == 2  # nothing left to upload

@@ -54,7 +54,11 @@ TAG_ERROR = "raystream.error"  # why a run failed (e.g. "loss is nan at step 17:
 TAG_WARNING = "raystream.warning"  # e.g. a resume whose earlier steps are in an MLflow run that is gone
 PARENT_RUN_TAG = "mlflow.parentRunId"  # MLflow's own tag: the run is shown nested under this one
 GIT_COMMIT_TAG = "mlflow.source.git.commit"  # MLflow's own tags
-NOTE_TAG = "mlflow.note.content"
+NOTE_TAG = "mlflow.note.content"  # a run's description in the MLflow UI (markdown)
+RUN_NAME_TAG = "mlflow.runName"  # MLflow's own: given in a run's tags, it names the MLflow run (store.start_run)
+# Experiment tag prefix of a view of the runs table the MLflow UI opens from `#/experiments/<id>/runs?
+# viewStateShareKey=<key>` (its search filter, columns and grouping; raystream/tracking/ui.py writes one per sweep).
+SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 # Experiment tag the MLflow 3 UI reads to pick an experiment's first page: this kind opens on the runs table
 # (with no kind, an experiment without runs yet is shown as a GenAI overview).
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
@@ -74,6 +78,36 @@ GRID_TAG_PREFIX = "raystream.grid."  # child: raystream.grid.<key> = its grid va
 SAMPLE_TAG_PREFIX = "raystream.sample."  # child: raystream.sample.<key> = its sampled value
 ERROR_TAG = "raystream.error"  # why a trial failed, on its child run
 TRIALS_ARTIFACT = "sweep/trials.json"  # on the parent run: every trial's grid values, status and error
+
+
+# A trial's MLflow run name is its grid values, short enough for the runs table (it cuts names at about 20
+# characters): these words are shortened, and a numeric axis gets the prefix of its last key part.
+SHORT_WORDS = (("orthogonal_", "orth_"), ("batch_along_", ""), ("slower_", "slow_"))
+SHORT_KEYS = {"seed": "s", "orth_beta": "b", "beta": "b", "batch_size": "bs", "lr": "lr", "weight_decay": "wd"}
+
+
+def short_value(key: str, value) -> str:
+    """One grid or sampled value as it appears in a trial's run name: `optimizer.orth_beta`=0.99 -> `b0.99`,
+    `trainer.seed`=0 -> `s0`, `stream.order`=batch_along_time -> `time`, `optimizer.lr`=3.21e-4 -> `lr0.000321`."""
+    part = key.rsplit(".", 1)[-1]
+    if isinstance(value, bool):
+        return f"{part}_{'on' if value else 'off'}"
+    if isinstance(value, (int, float)):
+        return f"{SHORT_KEYS.get(part, ''.join(w[:1] for w in part.split('_')))}{value:.3g}"
+    text = str(value)
+    for long, short in SHORT_WORDS:
+        text = text.replace(long, short)
+    return text
+
+
+def trial_run_name(values, sampled=None) -> str:
+    """The MLflow run name of a sweep trial: what sets it apart from its siblings, most distinguishing first: the
+    grid values in the sweep file's axis order with replicate axes (seeds) last, then the sampled values
+    (`orth_adamw-time-s0`, `adamw-shuffled-s1-lr0.000321`). "base" for a sweep with no axes."""
+    keys = [k for k in values if not is_seed_key(k)] + [k for k in values if is_seed_key(k)]
+    parts = [short_value(k, values[k]) for k in keys]
+    parts += [short_value(k, v) for k, v in (sampled or {}).items()]
+    return "-".join(parts) or "base"
 
 
 def trials_count_tag(status: str) -> str:

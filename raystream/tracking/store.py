@@ -213,7 +213,8 @@ def experiment_id(mlflow_client, name: str, uri: str) -> str:
 def start_run(mlflow_client, *, experiment: str, uri: str, run_name: str, parent_run_id: Optional[str] = None,
               tags: Optional[Dict[str, str]] = None, resume_run_id: Optional[str] = None) -> str:
     """The MLflow run id for this raystream run: `resume_run_id` (set RUNNING again) when it still exists,
-    else a new run, nested under `parent_run_id` (in the parent's experiment) when given."""
+    else a new run, nested under `parent_run_id` (in the parent's experiment) when given, named `run_name` unless
+    `tags` name it (`mlflow.runName`; `raystream.run_name` keeps `run_name`)."""
     if resume_run_id:
         try:
             run = retry(lambda: mlflow_client.get_run(resume_run_id), "get run")
@@ -229,7 +230,8 @@ def start_run(mlflow_client, *, experiment: str, uri: str, run_name: str, parent
     all_tags = {names.TAG_RUN_NAME: run_name, **(tags or {})}
     if parent_run_id:
         all_tags[names.PARENT_RUN_TAG] = parent_run_id
-    run = retry(lambda: mlflow_client.create_run(exp_id, run_name=run_name, tags=all_tags), "create run")
+    shown = all_tags.pop(names.RUN_NAME_TAG, run_name)  # a sweep's trial is shown by its grid values
+    run = retry(lambda: mlflow_client.create_run(exp_id, run_name=shown, tags=all_tags), "create run")
     return run.info.run_id
 
 

@@ -43,7 +43,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from raystream.config import ConfigError, config_dir
-from raystream.tracking import names
+from raystream.tracking import names, ui
 from raystream.tracking.names import (CELL_TAG, ERROR_TAG, GRID_TAG_PREFIX, ROLE_TAG, SAMPLE_TAG_PREFIX, SWEEP_RUN_TAG,
                                       SWEEP_TAG, TRIAL_TAG, TRIALS_ARTIFACT)
 from raystream.tracking.store import client as mlflow_client
@@ -82,6 +82,7 @@ class SweepOutcome:
     resumed: bool
     trials: List[TrialOutcome]
     seconds: float
+    experiment_id: str = ""
 
     @property
     def failed(self) -> List[TrialOutcome]:
@@ -110,8 +111,8 @@ def main(cfg: DictConfig, overrides: Sequence[str] = ()) -> int:
     print()
     report.main(parent=outcome.parent_run_id, tracking_uri=outcome.tracking_uri)
     print()
-    print("Open the runs in the MLflow UI:")
-    print(f"  mlflow ui --backend-store-uri {outcome.tracking_uri}")
+    print("\n".join(ui.open_lines(outcome.tracking_uri, outcome.experiment_id, outcome.run_name,
+                                  len(outcome.trials))), flush=True)
     return 0 if len(outcome.failed) < len(outcome.trials) else 1
 
 
@@ -183,10 +184,14 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
     saved = _saved_trials(path.uri)
     trials = [_outcome(r, the_plan, saved) for r in grid]
     _finish_parent(client, parent, trials)
+    exp_id = retry(lambda: client.get_run(parent), "get parent run").info.experiment_id
+    evals = sorted({k for t in trials for k in t.metrics if k.startswith(names.EVAL_PREFIX)})
+    ui.write_view(client, exp_id, run_name, view_columns(the_plan, [str(cfg.sweep.metric), *evals]))
     _end_parent(client, parent, "KILLED" if any(t.status == "unfinished" for t in trials) else
                 "FINISHED" if any(t.status == "finished" for t in trials) else "FAILED", path, meta, session_start)
     return SweepOutcome(run_name=run_name, path=path.uri, parent_run_id=parent, tracking_uri=uri,
-                        experiment=experiment, resumed=resumed, trials=trials, seconds=time.time() - started)
+                        experiment=experiment, resumed=resumed, trials=trials, seconds=time.time() - started,
+                        experiment_id=exp_id)
 
 
 def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[str, Any]) -> Dict[str, Any]:
@@ -201,7 +206,9 @@ def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[s
     sampled = {k: v for k, v in config.items() if k in info["sample_keys"]}
     apply_values(cfg, sampled, where="sweep.sample")
     trial_id = tune.get_context().get_trial_id()
-    tags = trial_tags(info, cell, trial_id, sampled)
+    # The MLflow run is named for what sets the trial apart; the Ray Train run (checkpoints, resume) by its id.
+    tags = {**trial_tags(info, cell, trial_id, sampled),
+            names.RUN_NAME_TAG: names.trial_run_name(info["cell_values"][cell], sampled)}
     callbacks = [TuneReportCallback(), RecordPlacementGroup(trial_id)]
     run_name = f"{info['run_name']}-{trial_id}"
     try:
@@ -242,8 +249,9 @@ def record_failed_trial(uri: str, parent_run_id: str, run_name: str, tags: Dict[
             filter_string=f"tags.`{TRIAL_TAG}` = '{tags[TRIAL_TAG]}' and tags.`{names.PARENT_RUN_TAG}` = "
                           f"'{parent_run_id}'"), "find trial run")
         if not runs:
-            run = retry(lambda: client.create_run(parent.info.experiment_id, run_name=run_name,
-                                                  tags={**tags, names.PARENT_RUN_TAG: parent_run_id}),
+            shown = {**tags, names.PARENT_RUN_TAG: parent_run_id}
+            shown_name = shown.pop(names.RUN_NAME_TAG, run_name)
+            run = retry(lambda: client.create_run(parent.info.experiment_id, run_name=shown_name, tags=shown),
                         "create failed trial run")
             runs = [run]
         for run in runs:
@@ -346,9 +354,11 @@ def _parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_p
             names.SAMPLE_TAG: json.dumps({k: sweep.sample[k] for k in the_plan.sample}),
             names.COMMAND_TAG: " ".join(["raystream", "sweep", *sys.argv[2:]]) if sys.argv[1:2] == ["sweep"]
             else "raystream.tune.sweep.run_sweep",
-            names.NOTE_TAG: sweep.description or f"raystream sweep `{the_plan.name}`"}
+            names.NOTE_TAG: description(sweep.description or f"raystream sweep `{the_plan.name}`", the_plan, grid,
+                                         {k: str(sweep.sample[k]) for k in the_plan.sample})}
     run = retry(lambda: client.create_run(exp_id, run_name=run_name, tags=tags), "create parent run")
     rid = run.info.run_id
+    ui.write_view(client, exp_id, run_name, view_columns(the_plan, [str(sweep.metric)]))
     params = {"sweep.name": the_plan.name, "sweep.num_samples": the_plan.num_samples, "sweep.metric": sweep.metric,
               "sweep.mode": sweep.mode, "sweep.scheduler": sweep.scheduler, "sweep.trials": the_plan.num_trials,
               "sweep.cells": len(the_plan.cells)}
@@ -364,6 +374,32 @@ def _parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_p
     client.log_text(rid, OmegaConf.to_yaml(cfg), "sweep/composed_config.yaml")
     client.log_dict(rid, [{"cell": c.index, "values": c.values} for c in the_plan.cells], "sweep/cells.json")
     return rid
+
+
+def description(text: str, the_plan: SweepPlan, grid: Dict[str, List[Any]], sample: Dict[str, str]) -> str:
+    """The parent run's description in the MLflow UI (markdown): the sweep's own text, then its axes."""
+    example = names.trial_run_name(the_plan.cells[0].values, {k: "…" for k in the_plan.sample}) \
+        if the_plan.cells else "base"
+    lines = [text, "", f"{the_plan.num_trials} trials, named by their grid values (e.g. `{example}`).", "",
+             "Grid (every combination):"]
+    lines += [f"- `{k}`: {', '.join(str(v) for v in values)}" for k, values in grid.items()] or ["- (none)"]
+    if the_plan.sample:
+        lines += ["", f"Sampled by Optuna, {the_plan.num_samples} per combination:"]
+        lines += [f"- `{k}`: {spec}" for k, spec in sample.items()]
+    if the_plan.collapsed:
+        lines += ["", "Set on the command line: " + ", ".join(f"`{k}={v}`" for k, v in the_plan.collapsed.items())]
+    return "\n".join(lines)
+
+
+def view_columns(the_plan: SweepPlan, metrics: Sequence[str]) -> List[str]:
+    """The columns of the sweep's view in the MLflow UI: each grid axis (a config key's param; for a config group
+    axis such as `optimizer`, the `raystream.grid.<group>` tag), each sampled key, then `metrics`."""
+    from raystream.tune.config import GROUPS
+
+    cols = [ui.column("tags", GRID_TAG_PREFIX + k) if k in GROUPS else ui.column("params", k)
+            for k in the_plan.grid_keys]
+    cols += [ui.column("params", k) for k in the_plan.sample]
+    return cols + [ui.column("metrics", m) for m in dict.fromkeys(metrics)]
 
 
 def _saved_trials(path: str) -> Dict[str, Any]:

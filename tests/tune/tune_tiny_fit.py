@@ -60,7 +60,7 @@ def fit(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow
     tags = dict(mlflow_tags or {})
     if mlflow_parent_run_id:
         tags["mlflow.parentRunId"] = mlflow_parent_run_id
-    run = client.create_run(exp_id, run_name=run_name, tags=tags)
+    run = client.create_run(exp_id, run_name=tags.pop("mlflow.runName", run_name), tags=tags)  # as start_run
     rid = run.info.run_id
     client.log_batch(rid, params=[mlflow.entities.Param(k, str(v)[:500]) for k, v in flatten(cfg).items()])
     steps = cfg.trainer.max_steps or 4

@@ -8,10 +8,12 @@
     raystream data make-demo [overrides]
     raystream data correlation [overrides] [--checkpoint PATH] [--steps N] [--device D] [--micro-batch M]
     raystream data index VIDEOS [overrides]
+    raystream bench  [overrides] [--device cpu|cuda] [--steps N] [--json PATH] [--time-budget S] [--compile MODE]
 
 Every subcommand composes and checks the config first, so a bad key fails before Ray starts; `train` and `sweep`
 also check the MLflow tracking store and the evaluation data before Ray starts. Exit 2: bad config, data or
-tracking store (nothing ran).
+tracking store (nothing ran). `bench` (no Ray, no MLflow; raystream/bench/): exit 2 also for a missing device,
+3 for a failed check.
 """
 
 from __future__ import annotations
@@ -86,6 +88,17 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--device", default="cpu", help="torch device of the model (default cpu; e.g. cuda)")
     c.add_argument("--micro-batch", type=int, default=None, help="clips per forward pass: memory is one "
                    "micro-batch's (default: trainer.correlation_micro_batch, else the per-worker training batch)")
+
+    b = sub.add_parser("bench", help="what this node does with the configured experiment: from-memory vs live "
+                                     "steps/s, decode workers needed, optimizer step, peak memory (no Ray)")
+    b.add_argument("overrides", nargs="*")
+    b.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when torch sees a GPU")
+    b.add_argument("--steps", type=_at_least(1), default=20, help="timed steps per measurement (default 20)")
+    b.add_argument("--json", default=None, metavar="PATH", help="write the result as one JSON object")
+    b.add_argument("--time-budget", type=_at_least(1), default=480, metavar="S",
+                   help="seconds for the whole command (default 480); phases that do not fit are skipped, and said")
+    b.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                   help="Orthogonal-AdamW's compiled step: auto = when the budget allows (default)")
     return p
 
 
@@ -127,6 +140,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from raystream.tune.sweep import main as sweep_main
 
         return sweep_main(cfg, overrides=args.overrides)
+    if args.command == "bench":
+        from raystream.bench.main import main as bench_main
+
+        return bench_main(cfg, device=args.device, steps=args.steps, json_path=args.json,
+                          time_budget=args.time_budget, compile=args.compile, overrides=args.overrides)
     if args.data_command == "inspect":
         from raystream.data.inspect import main as inspect_main
 

@@ -5,7 +5,7 @@
              DDP, the optimizer over the model's two param groups (`raystream.optim.param_groups`), the schedules;
     restore  (`restore`)       the newest checkpoint (Ray Train's, or the newer complete one the driver found on
              storage): model, optimizer, the previous gradient of `grad_cos_prev`, RNG, stream position, sums;
-    step     (`train_step`)    for every global step t:
+    step     (`train_step`)    for every global step t (its pure-torch pieces: step.py, shared with `raystream bench`):
 
         schedules of step t (lr, weight decay) -> forward (bf16 autocast when `trainer.bf16` asks for it)
         -> backward (DDP all-reduces: every worker holds the global mean gradient) -> gradient norm (clipped when
@@ -40,6 +40,7 @@ from raystream.tracking import names
 from raystream.train import checkpoint, divergence, faults
 from raystream.train.progress import Progress
 from raystream.train.schedule import Schedules
+from raystream.train.step import autocast_for, forward_backward, optimizer_update
 
 
 def seed_everything(seed: int) -> None:
@@ -66,15 +67,6 @@ def host_values(means: List[torch.Tensor], local: List[torch.Tensor], world_size
         vec = torch.cat([vec, torch.stack([v.detach().reshape(()) for v in local]).to(vec)])
     values = vec.cpu().tolist()
     return values[:len(means)], values[len(means):]
-
-
-def autocast_for(trainer_cfg, device: torch.device) -> Callable[[], ContextManager]:
-    """bf16 autocast on `device` when `trainer.bf16` is true, or null (auto) and the device is a GPU; else none.
-    (On most CPUs bf16 autocast is slower than fp32, hence off there unless asked for.)"""
-    wanted = trainer_cfg.bf16 if trainer_cfg.bf16 is not None else device.type == "cuda"
-    if not wanted:
-        return contextlib.nullcontext
-    return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 @contextlib.contextmanager
@@ -120,10 +112,6 @@ class Worker:
     @property
     def total(self) -> int:
         return int(self.run["total_steps"])
-
-    @property
-    def has_diagnostics(self) -> bool:
-        return self.cosines is self.optimizer
 
     @classmethod
     def build(cls, config: Dict[str, Any]) -> "Worker":
@@ -226,28 +214,17 @@ def train_step(w: Worker, batch, t: int) -> Tuple[Dict[str, float], Dict[str, fl
     """Train global step t on this worker's shard `batch`. Returns (loss and in-stream metrics averaged over the
     workers, the step's other metrics: lr, wd, grad_norm, grad_cos_*). Raises DivergedError, on every worker
     alike, when the loss or the gradient norm is not finite (before the optimizer step)."""
-    from torch.nn.utils import clip_grad_norm_, get_total_norm
-
     faults.before_step(w.run.get("hooks", {}), t, w.rank)
     step_metrics = w.schedules.apply(w.optimizer, t)
-    with w.autocast():
-        out = w.model(batch.model_inputs(w.device))
+    out, grad_norm = forward_backward(w.model, w.optimizer, w.params, batch.model_inputs(w.device), w.autocast,
+                                      w.cfg.optimizer.grad_clip)
     loss = out["loss"]
-    w.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    clip = w.cfg.optimizer.grad_clip
-    grad_norm = (clip_grad_norm_(w.params, clip) if clip > 0
-                 else get_total_norm([p.grad for p in w.params if p.grad is not None]))
     in_keys = sorted(k for k in out if k.startswith(names.IN_STREAM_PREFIX))
     means, (norm,) = host_values([loss] + [out[k] for k in in_keys], [grad_norm], w.world, w.device)
     scalars = dict(zip([names.LOSS] + in_keys, means))
     divergence.check_finite(t, {"loss": scalars[names.LOSS], "gradient norm": norm})
     step_metrics[names.GRAD_NORM] = norm
-    if w.cosines is not None and not w.has_diagnostics:
-        step_metrics[names.GRAD_COS_PREV] = w.cosines.update()
-    w.optimizer.step()
-    if w.has_diagnostics and w.rank == 0:
-        step_metrics.update(w.optimizer.diagnostics())
+    step_metrics.update(optimizer_update(w.optimizer, w.cosines, report=w.rank == 0))
     w.scenario.after_step(t)
     return scalars, step_metrics
 

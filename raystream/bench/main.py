@@ -1,0 +1,132 @@
+"""`raystream bench`: the phases in order, each drawing on one time budget, then the table and the JSON object.
+
+    1. build the worker's model and optimizer (raystream/bench/trainee.py)
+    2. checks (checks.py): DeviceStream vs the host path, a bf16 step, compiled vs stock step; a failure stops here
+    3. `steps` steps from batches held in device memory
+    4. `steps` steps from the live stream with the configured data.decode_workers; peak memory over them
+    5. the optimizer step alone: configured, stock / compiled, AdamW foreach and fused
+    6. the decode-worker sweep (1, 2, 4, ... up to the cores) while the budget lasts
+
+Compiling (Orthogonal-AdamW's compiled step, for the check and the timing) is allowed with `--compile on`, or with
+`auto` when the budget is at least COMPILE_BUDGET_S for the device (a first compilation of a ViT's step took about a
+minute on a 2-core CPU); otherwise it is skipped and the output says so. Exit 0; 2 when the input is bad (no CUDA
+device, bad data); 3 when a check failed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import os
+import sys
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import torch
+from omegaconf import OmegaConf
+
+from raystream.bench import checks, report, throughput
+from raystream.bench.memory import GIB, PeakMemory
+from raystream.bench.optimizer_timing import compile_applies, label, time_optimizers
+from raystream.bench.trainee import BenchError, Budget, CheckFailed, Trainee, device_name, resolve_device
+
+WARMUP = 3  # untimed steps before each timing (the compiled optimizer step compiles in the second)
+COMPILE_BUDGET_S = {"cpu": 600.0, "cuda": 240.0}  # --compile auto compiles when the time budget is at least this
+
+
+def compile_decision(mode: str, opt_cfg, device: torch.device, budget: Budget) -> Tuple[bool, str]:
+    """(whether Orthogonal-AdamW's compiled step is built for the check and the timing, why not)."""
+    if not compile_applies(opt_cfg):
+        return False, (f"not applicable to optimizer.name={opt_cfg.name}, projection={opt_cfg.projection} (the "
+                       "compiled step is orthogonal_adamw's, global or per_tensor projection)")
+    if mode == "on" or opt_cfg.compile:
+        return True, ""
+    if mode == "off":
+        return False, "--compile off"
+    need = COMPILE_BUDGET_S[device.type]
+    if budget.seconds < need:
+        return False, (f"time budget {budget.seconds:.0f} s < {need:.0f} s allowed for torch.compile on "
+                       f"{device.type} (--compile on forces it)")
+    return True, ""
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _setting(cfg, trainee: Trainee, device: torch.device, overrides: Sequence[str]) -> Dict[str, Any]:
+    return {
+        "device": device.type, "device_name": device_name(device), "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "overrides": list(overrides), "scenario": str(cfg.scenario.name),
+        "backbone": str(cfg.scenario.backbone.preset), "optimizer": label(cfg.optimizer),
+        "batch_size": trainee.batch_size, "global_batch_size": int(cfg.stream.batch_size),
+        "num_workers": int(cfg.trainer.num_workers), "frames_per_clip": int(cfg.stream.frames_per_clip),
+        "resolution": int(cfg.stream.resolution), "bf16": isinstance(trainee.autocast(), torch.autocast),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: float = 480.0, compile: str = "auto",
+        overrides: Sequence[str] = ()) -> Dict[str, Any]:
+    """Measure; the result dict (report.py lists its keys). Raises BenchError, DataError, CheckFailed."""
+    from raystream.data.workers import default_decode_workers
+
+    budget = Budget(time_budget)
+    dev = resolve_device(device)
+    trainee = Trainee.build(cfg, dev, total_steps=10 ** 6)
+    result = _setting(cfg, trainee, dev, overrides)
+    result.update(steps=steps, warmup=WARMUP, time_budget_s=float(time_budget))
+    allowed, why_not = compile_decision(compile, cfg.optimizer, dev, budget)
+    try:
+        result["checks"] = checks.run_checks(trainee, (allowed, why_not))
+    except CheckFailed as exc:
+        exc.result = {**result, "check_failed": {"name": exc.name, "detail": str(exc)}}
+        raise
+
+    memory = throughput.from_memory(trainee, WARMUP, steps, budget)
+    configured = int(cfg.data.decode_workers or default_decode_workers())
+    peak = PeakMemory(dev)
+    peak.start()
+    live = throughput.live(trainee, WARMUP, steps, budget)
+    peak_bytes = peak.stop()
+    result.update(from_memory_steps_per_s=memory.steps_per_s, from_memory_clips_per_s=memory.clips_per_s,
+                  live_steps_per_s=live.steps_per_s, live_clips_per_s=live.clips_per_s,
+                  live_over_memory=live.steps_per_s / memory.steps_per_s, live_decode_workers=configured,
+                  peak_memory_bytes=peak_bytes, peak_memory_gb=peak_bytes / GIB, peak_memory_how=peak.how)
+    gc.collect()
+
+    ms, skipped = time_optimizers(trainee.groups, cfg.optimizer, WARMUP, steps, budget, with_compiled=allowed)
+    if compile_applies(cfg.optimizer) and not allowed:
+        skipped[label(OmegaConf.merge(cfg.optimizer, {"compile": True}))] = why_not
+    result.update(optimizer_step_ms=ms, optimizer_configured=label(cfg.optimizer), optimizer_step_skipped=skipped)
+
+    sweep = throughput.sweep_decode_workers(trainee, memory, throughput.worker_counts(_cores()), WARMUP, steps,
+                                            budget, {configured: live})
+    result.update(decode_workers=sweep.needed, decode_bound=sweep.decode_bound,
+                  decode_workers_sweep={str(w): {"steps_per_s": r.steps_per_s,
+                                                 "over_memory": r.steps_per_s / memory.steps_per_s}
+                                        for w, r in sweep.rates.items()},
+                  decode_workers_not_measured=sweep.not_measured, decode_verdict=sweep.verdict(memory),
+                  elapsed_s=budget.elapsed())
+    return result
+
+
+def main(cfg, *, device: Optional[str] = None, steps: int = 20, json_path: Optional[str] = None,
+         time_budget: float = 480.0, compile: str = "auto", overrides: Sequence[str] = ()) -> int:
+    """`raystream bench`: print the table, write the JSON object. Exit 0, 2 (bad input) or 3 (a check failed)."""
+    from raystream.data import DataError
+
+    try:
+        result = run(cfg, device=device, steps=steps, time_budget=time_budget, compile=compile, overrides=overrides)
+    except (BenchError, DataError) as exc:
+        print(f"raystream bench: {exc}", file=sys.stderr)
+        return 2
+    except CheckFailed as exc:
+        print(f"raystream bench: {exc}; stopped before timing", file=sys.stderr)
+        if json_path and getattr(exc, "result", None):
+            report.write_json(exc.result, json_path)
+        return 3
+    print(report.table(result))
+    if json_path:
+        report.write_json(result, json_path)
+    return 0

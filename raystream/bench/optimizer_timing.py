@@ -1,0 +1,108 @@
+"""The optimizer step alone on the model's parameters: the configured optimizer (as a run builds it, diagnostics
+on), the stock and compiled Orthogonal-AdamW where the compiled step applies, and torch's AdamW with `foreach=True`
+and `fused=True` (the baselines of benchmarks/optimizer_step.py).
+
+Each optimizer steps its own copy of the model's param groups with the same fixed random gradients, one optimizer
+at a time (so the memory of one copy is held at once): warm-up steps (the compiled step compiles in its second),
+then the median of the timed steps, between device synchronisations.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from typing import Callable, Dict, List, Tuple
+
+import torch
+from omegaconf import OmegaConf
+from torch.optim import Optimizer
+
+from raystream.bench.trainee import Budget
+
+COMPILED_PROJECTIONS = ("global", "per_tensor")
+
+
+def compile_applies(opt_cfg) -> bool:
+    """Whether the configured optimizer has a compiled step (optimizer.compile can be true)."""
+    return opt_cfg.name == "orthogonal_adamw" and opt_cfg.projection in COMPILED_PROJECTIONS
+
+
+def label(opt_cfg) -> str:
+    return f"{opt_cfg.name}_compiled" if opt_cfg.compile else str(opt_cfg.name)
+
+
+def copy_groups(groups: List[dict], seed: int = 0) -> List[dict]:
+    """`groups` with each parameter copied (detached) and given a fixed random gradient (1e-3 x N(0, 1))."""
+    out = []
+    gen: Dict[torch.device, torch.Generator] = {}
+    for group in groups:
+        params = []
+        for p in group["params"]:
+            g = gen.setdefault(p.device, torch.Generator(device=p.device).manual_seed(seed))
+            q = torch.nn.Parameter(p.detach().clone())
+            q.grad = 1e-3 * torch.randn(p.shape, generator=g, device=p.device, dtype=p.dtype)
+            params.append(q)
+        out.append({**group, "params": params})
+    return out
+
+
+def builders(opt_cfg, with_compiled: bool) -> Dict[str, Callable[[List[dict]], Optimizer]]:
+    """label -> how to build it: the configured optimizer first, then the other Orthogonal-AdamW variant (stock or
+    compiled, the compiled one only `with_compiled`), then torch AdamW foreach and fused."""
+    from raystream.optim import build_optimizer
+
+    def make(cfg):
+        return lambda groups: build_optimizer(groups, cfg, diagnostics=True)
+
+    out = {label(opt_cfg): make(opt_cfg)}
+    if compile_applies(opt_cfg):
+        for compiled in (False, True):
+            cfg = OmegaConf.merge(opt_cfg, {"compile": compiled})
+            if (with_compiled or not compiled) and label(cfg) not in out:
+                out[label(cfg)] = make(cfg)
+    hyper = dict(lr=float(opt_cfg.lr), betas=tuple(opt_cfg.betas), eps=float(opt_cfg.eps),
+                 weight_decay=float(opt_cfg.weight_decay))
+    out["adamw_foreach"] = lambda groups: torch.optim.AdamW(groups, foreach=True, **hyper)
+    out["adamw_fused"] = lambda groups: torch.optim.AdamW(groups, fused=True, **hyper)
+    return out
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def step_ms(make: Callable[[List[dict]], Optimizer], groups: List[dict], warmup: int, steps: int,
+            budget: Budget) -> float:
+    """Median milliseconds of one `step()` of the optimizer `make` builds on a copy of `groups`."""
+    copies = copy_groups(groups)
+    device = copies[0]["params"][0].device
+    opt = make(copies)
+    for _ in range(max(2, warmup)):  # at least 2: the compiled step compiles in the second
+        opt.step()
+    times: List[float] = []
+    for _ in range(steps):
+        _sync(device)
+        t0 = time.perf_counter()
+        opt.step()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+        if budget.left() <= 0:
+            break
+    del opt, copies
+    gc.collect()
+    return 1e3 * statistics.median(times)
+
+
+def time_optimizers(groups: List[dict], opt_cfg, warmup: int, steps: int, budget: Budget,
+                    with_compiled: bool) -> Tuple[Dict[str, float], Dict[str, str]]:
+    """({label: median step ms}, {label: why it was not timed}). Once the budget is spent the rest are skipped."""
+    ms: Dict[str, float] = {}
+    skipped: Dict[str, str] = {}
+    for name, make in builders(opt_cfg, with_compiled).items():
+        if budget.left() <= 0:
+            skipped[name] = "time budget spent"
+            continue
+        ms[name] = step_ms(make, groups, warmup, steps, budget)
+    return ms, skipped

@@ -1,0 +1,59 @@
+"""What `raystream bench` prints (a short table) and writes (one JSON object, `--json PATH`).
+
+JSON keys: device, device_name, torch, date (UTC), overrides; the setting (scenario, backbone, optimizer,
+batch_size per worker, global_batch_size, num_workers, frames_per_clip, resolution, bf16, torch_threads);
+steps, warmup; from_memory_steps_per_s, from_memory_clips_per_s, live_steps_per_s, live_clips_per_s,
+live_over_memory (live / from-memory), live_decode_workers (the configured count); decode_workers (the smallest
+count reaching 0.9x of from-memory, null when none did), decode_bound, decode_workers_sweep
+{count: {steps_per_s, over_memory}}, decode_workers_not_measured, decode_verdict; optimizer_step_ms {label: ms},
+optimizer_configured, optimizer_step_skipped {label: why}; peak_memory_gb (GiB), peak_memory_bytes,
+peak_memory_how; checks {name: "passed: ..." | "skipped: ..."}; time_budget_s, elapsed_s. A run stopped by a
+failed check writes device, checks and check_failed {name, detail} instead of the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, List
+
+
+def table(r: Dict[str, Any]) -> str:
+    """The result as a few aligned lines."""
+    lines: List[str] = [
+        f"raystream bench  {r['date']}  {r['device']} ({r['device_name']}), torch {r['torch']}",
+        f"{r['scenario']} {r['backbone']}, {r['frames_per_clip']}x{r['resolution']}px, batch {r['batch_size']} per "
+        f"worker (global {r['global_batch_size']} / {r['num_workers']}), {r['optimizer']}, "
+        f"bf16 {'on' if r['bf16'] else 'off'}; {r['steps']} steps after {r['warmup']}",
+        "",
+        f"{'feed':<28} {'steps/s':>8} {'clips/s':>9} {'x memory':>9}",
+        f"{'from memory':<28} {r['from_memory_steps_per_s']:8.2f} {r['from_memory_clips_per_s']:9.1f} {1.0:9.2f}",
+        f"{'live, decode_workers=' + str(r['live_decode_workers']):<28} {r['live_steps_per_s']:8.2f} "
+        f"{r['live_clips_per_s']:9.1f} {r['live_over_memory']:9.2f}",
+    ]
+    for w, s in r["decode_workers_sweep"].items():
+        lines.append(f"{'  sweep decode_workers=' + w:<28} {s['steps_per_s']:8.2f} "
+                     f"{s['steps_per_s'] * r['batch_size']:9.1f} {s['over_memory']:9.2f}")
+    lines += [f"decode workers: {r['decode_verdict']}", ""]
+    fused = r["optimizer_step_ms"].get("adamw_fused")
+    lines.append(f"{'optimizer step':<32} {'ms':>8} {'x fused':>9}")
+    for name, ms in r["optimizer_step_ms"].items():
+        ratio = f"{ms / fused:9.2f}" if fused else f"{'':9}"
+        mark = " (configured)" if name == r["optimizer_configured"] else ""
+        lines.append(f"{name + mark:<32} {ms:8.2f} {ratio}")
+    for name, why in r["optimizer_step_skipped"].items():
+        lines.append(f"{name:<32} not timed: {why}")
+    lines += ["", f"peak memory: {r['peak_memory_gb']:.2f} GiB ({r['peak_memory_how']}, live steps)",
+              "checks: " + "; ".join(f"{k} {v}" for k, v in r["checks"].items()),
+              f"{r['elapsed_s']:.0f} s of a {r['time_budget_s']:.0f} s budget"]
+    return "\n".join(lines)
+
+
+def write_json(result: Dict[str, Any], path: str) -> None:
+    """`result` as one JSON object at `path`, written whole (a temporary file renamed over it)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    os.replace(tmp, target)

@@ -1,0 +1,127 @@
+"""`raystream bench` on the CPU (raystream/bench/): a tiny VideoMAE on real demo videos decoded by decord, the real
+optimizers, the real DeviceStream. Checks what a user reads off the JSON object (fields present and consistent
+with each other), that the command imports neither Ray nor MLflow (it must run on a bare GPU box), and the paths
+that stop it: a check that fails (through the documented test hook), a CUDA device that is not there."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from raystream.bench import checks, throughput
+from raystream.bench.main import compile_decision, main as bench_main
+from raystream.bench.trainee import Budget
+from raystream.config import compose
+
+
+def _tiny(tmp):
+    return ["data.demo.num_videos=2", "data.demo.frames_per_video=90", f"data.demo.cache_dir={tmp / 'demo'}",
+            "stream.batch_size=2", "scenario.backbone.depth=1"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return tmp_path_factory.mktemp("bench")
+
+
+# The command in a fresh interpreter: afterwards it says on stderr which of Ray and MLflow were imported.
+_RUN = ("import sys; from raystream.cli import main; rc = main(sys.argv[1:]); "
+        "print('IMPORTED', sorted(m for m in ('ray', 'mlflow') if m in sys.modules), file=sys.stderr); "
+        "sys.exit(rc)")
+
+
+def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
+    out_json = demo / "out" / "bench.json"
+    out = subprocess.run([sys.executable, "-c", _RUN, "bench", *_tiny(demo), "--device", "cpu", "--steps", "3",
+                          "--time-budget", "120", "--json", str(out_json)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "IMPORTED []" in out.stderr, out.stderr
+    assert "from memory" in out.stdout and "adamw_fused" in out.stdout and "peak memory" in out.stdout
+    r = json.loads(out_json.read_text())
+    assert r["device"] == "cpu" and r["batch_size"] == 2 and r["steps"] == 3
+    # the ratio is the quotient of the rates, clips/s are steps/s times the per-worker batch
+    assert r["live_over_memory"] == pytest.approx(r["live_steps_per_s"] / r["from_memory_steps_per_s"], rel=1e-12)
+    assert r["from_memory_clips_per_s"] == pytest.approx(2 * r["from_memory_steps_per_s"], rel=1e-12)
+    assert r["live_clips_per_s"] == pytest.approx(2 * r["live_steps_per_s"], rel=1e-12)
+    assert r["from_memory_steps_per_s"] > 0 and r["live_steps_per_s"] > 0
+    # decode workers: the counts swept are 1, 2, 4, ... up to the cores; the answer is one of them, or none
+    cores = len(os.sched_getaffinity(0))
+    swept = [int(w) for w in r["decode_workers_sweep"]]
+    assert swept and set(swept) <= set(throughput.worker_counts(cores))
+    for s in r["decode_workers_sweep"].values():
+        assert s["over_memory"] == pytest.approx(s["steps_per_s"] / r["from_memory_steps_per_s"], rel=1e-12)
+    if r["decode_workers"] is None:
+        assert r["decode_bound"] or r["decode_workers_not_measured"], r
+    else:
+        assert r["decode_workers"] in swept and not r["decode_bound"]
+        reached = r["decode_workers_sweep"][str(r["decode_workers"])]["over_memory"]
+        assert reached >= throughput.TARGET
+        assert all(r["decode_workers_sweep"][str(w)]["over_memory"] < throughput.TARGET
+                   for w in swept if w < r["decode_workers"])
+    # the optimizer step: the configured one and both AdamW baselines; the compiled one left out by the budget
+    ms = r["optimizer_step_ms"]
+    assert {"orthogonal_adamw", "adamw_foreach", "adamw_fused"} <= set(ms) and all(v > 0 for v in ms.values())
+    assert r["optimizer_configured"] == "orthogonal_adamw"
+    assert "time budget" in r["optimizer_step_skipped"]["orthogonal_adamw_compiled"]
+    assert r["peak_memory_gb"] > 0 and r["peak_memory_gb"] == pytest.approx(r["peak_memory_bytes"] / 2 ** 30)
+    assert r["checks"]["device_stream"].startswith("passed") and r["checks"]["bf16_step"].startswith("passed")
+    assert r["checks"]["compiled_step"].startswith("skipped: time budget")
+    assert 0 < r["elapsed_s"] and r["time_budget_s"] == 120
+
+
+@pytest.mark.parametrize("check", ["device_stream", "bf16_step"])
+def test_a_failed_check_stops_before_timing_and_names_itself(demo, monkeypatch, capsys, check):
+    monkeypatch.setenv(checks.BREAK_ENV, check)
+    out_json = demo / f"failed-{check}.json"
+    rc = bench_main(compose(_tiny(demo)), device="cpu", steps=2, json_path=str(out_json), time_budget=60)
+    assert rc == 3
+    err = capsys.readouterr().err
+    assert f"check `{check}` failed" in err and "stopped before timing" in err
+    r = json.loads(out_json.read_text())
+    assert r["check_failed"]["name"] == check and "live_steps_per_s" not in r
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_on_a_machine_without_it_is_a_named_error(demo, capsys):
+    from raystream.cli import main
+
+    rc = main(["bench", *_tiny(demo), "--device", "cuda", "--json", str(demo / "cuda.json")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--device cuda" in err and "sees no CUDA device" in err and "--device cpu" in err
+    assert not (demo / "cuda.json").exists()
+
+
+def test_the_sweep_counts_double_up_to_the_cores():
+    assert throughput.worker_counts(1) == [1]
+    assert throughput.worker_counts(2) == [1, 2]
+    assert throughput.worker_counts(6) == [1, 2, 4, 6]
+    assert throughput.worker_counts(16) == [1, 2, 4, 8, 16]
+
+
+def test_compiling_is_decided_by_the_optimizer_the_flag_and_the_budget(demo):
+    cfg = compose(_tiny(demo))
+    cpu = torch.device("cpu")
+    allowed, why = compile_decision("auto", cfg.optimizer, cpu, Budget(60))
+    assert not allowed and "time budget 60 s" in why and "--compile on" in why
+    assert compile_decision("auto", cfg.optimizer, cpu, Budget(3600)) == (True, "")
+    assert compile_decision("on", cfg.optimizer, cpu, Budget(60)) == (True, "")
+    assert compile_decision("off", cfg.optimizer, cpu, Budget(3600)) == (False, "--compile off")
+    allowed, why = compile_decision("on", compose(_tiny(demo) + ["optimizer=adamw"]).optimizer, cpu, Budget(3600))
+    assert not allowed and "not applicable to optimizer.name=adamw" in why
+
+
+def test_sweep_verdicts_name_the_count_or_what_stopped_it():
+    memory = throughput.Rate(10.0, 20.0, 3, 1.0)
+    slow = throughput.Rate(5.0, 10.0, 3, 1.0)
+    assert "decode_workers=2 reaches" in throughput.Sweep({1: slow, 2: memory}, 2, False, []).verdict(memory)
+    bound = throughput.Sweep({1: slow, 2: slow}, None, True, []).verdict(memory)
+    assert bound.startswith("decode-bound") and "up to 2" in bound and "0.50x" in bound
+    cut = throughput.Sweep({1: slow}, None, False, [2, 4]).verdict(memory)
+    assert cut.startswith("undetermined") and "[2, 4]" in cut
+    assert math.isclose(slow.steps_per_s / memory.steps_per_s, 0.5)

@@ -200,7 +200,8 @@ def mlflow_server(root: Path, env: Dict[str, str], artifacts_destination: str) -
 def fake_cluster_config(gcs_address: str, worker_types: Dict[str, dict], max_workers: int,
                         idle_timeout_min: float) -> dict:
     """A `fake_multinode` autoscaling config in `ray up`'s format, as Ray's AutoscalingCluster writes it: a head
-    that runs nothing (CPU 0) and `worker_types` ({name: {"resources": ..., "min_workers": ..., "max_workers": ...}})."""
+    that runs nothing (CPU 0) and `worker_types` ({name: {"resources": ..., "min_workers": ..., "max_workers":
+    ...}})."""
     return {
         "cluster_name": "raystream-fake", "max_workers": max_workers, "upscaling_speed": 1.0,
         "idle_timeout_minutes": idle_timeout_min,

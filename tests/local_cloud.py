@@ -195,3 +195,65 @@ def mlflow_server(root: Path, env: Dict[str, str], artifacts_destination: str) -
         yield MlflowServer(uri, port, artifacts_destination)
     finally:
         stop(proc)
+
+
+def fake_cluster_config(gcs_address: str, worker_types: Dict[str, dict], max_workers: int,
+                        idle_timeout_min: float) -> dict:
+    """A `fake_multinode` autoscaling config in `ray up`'s format, as Ray's AutoscalingCluster writes it: a head
+    that runs nothing (CPU 0) and `worker_types` ({name: {"resources": ..., "min_workers": ..., "max_workers":
+    ...}})."""
+    return {
+        "cluster_name": "raystream-fake", "max_workers": max_workers, "upscaling_speed": 1.0,
+        "idle_timeout_minutes": idle_timeout_min,
+        "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
+                     "disable_launch_config_check": True, "gcs_address": gcs_address},
+        "available_node_types": {
+            "ray.head.default": {"resources": {"CPU": 0}, "node_config": {}, "max_workers": 0},
+            **{name: {"node_config": {}, **spec} for name, spec in worker_types.items()},
+        },
+        "head_node_type": "ray.head.default", "auth": {}, "docker": {}, "file_mounts": {}, "cluster_synced_files": [],
+        "file_mounts_sync_continuously": False, "rsync_exclude": [], "rsync_filter": [],
+        "initialization_commands": [], "setup_commands": [], "head_setup_commands": [], "worker_setup_commands": [],
+        "head_start_ray_commands": [], "worker_start_ray_commands": [],
+    }
+
+
+@contextmanager
+def fake_autoscaling_cluster(root: Path, env: Dict[str, str], config) -> Iterator[tuple]:
+    """A Ray head on 127.0.0.1 started as `ray up` starts one (`--autoscaling-config ~/ray_bootstrap_config.yaml`,
+    HOME = `root/home`), whose autoscaler adds fake nodes (local Ray nodes) on demand. `config(gcs_address)` gives
+    the autoscaling config (fake_cluster_config). Yields (gcs address, the env a driver runs with); on exit the head
+    and every node below `root` are stopped.
+
+    AutoscalingCluster itself is not used: its `start()` runs `ray stop --force`, which kills every Ray process on
+    the machine, and Ray 2.60's wheel lacks the example.yaml its constructor reads."""
+    import yaml
+
+    home = root / "home"
+    home.mkdir(exist_ok=True)
+    port = free_port()
+    gcs = f"127.0.0.1:{port}"
+    (home / "ray_bootstrap_config.yaml").write_text(yaml.safe_dump(config(gcs)))
+    env = {k: v for k, v in env.items() if not k.startswith(("RAY_", "MLFLOW_"))}
+    env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1",
+               RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.25",
+               # Ray's OOM killer judges the whole machine's memory: on a shared CI machine it would kill these
+               # tiny trials for other processes' memory (the kernel's OOM killer still guards the machine).
+               RAY_memory_monitor_refresh_ms="0",
+               # What AutoscalingCluster.start sets: the fake provider, and an autoscaler update every second.
+               RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1")
+    head_log = root / "head.log"
+    head = spawn([
+        str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
+        f"--autoscaling-config={home / 'ray_bootstrap_config.yaml'}", "--num-cpus=0", "--num-gpus=0",
+        f"--object-store-memory={100 * 1024 ** 2}", f"--temp-dir={root / 'ray'}", "--include-dashboard=false",
+        f"--dashboard-port={free_port()}",
+        f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+        f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}", "--disable-usage-stats",
+    ], env, head_log)
+    try:
+        wait_until(lambda: "--block" in head_log.read_text(), "ray head", [head], [head_log], timeout_s=180)
+        yield gcs, env
+    finally:
+        stop(head, grace_s=10)
+        kill_processes_under(root)  # nodes the autoscaler started, in their own process groups

@@ -4,9 +4,11 @@
 
 Where things live: `orders.py` (Figure 4's orders as index arithmetic), `clips.py` (which frames a clip holds),
 `backends.py` (decord / PyAV readers), `frames.py` (crop and scale geometry), `sources.py` (listing and probing
-files), `plan.py` (which segment jobs decode which frames), `workers.py` (decode threads), `stream.py` (batches,
-sharding, state), `device.py` (batches copied to the training device ahead of the step), `demo.py` (generated demo
-videos), `probe.py` (labelled probe sets), `inspect.py` (`raystream data inspect`).
+files), `remote.py` (listing objects of a bucket), `cache.py` (the node cache those are downloaded into),
+`prefetch.py` (downloads ahead of a stream), `index.py` (`raystream data index`: frames and fps without probing),
+`plan.py` (which segment jobs decode which frames), `workers.py` (decode threads), `stream.py` (batches, sharding,
+state), `device.py` (batches copied to the training device ahead of the step), `demo.py` (generated demo videos),
+`probe.py` (labelled probe sets), `inspect.py` (`raystream data inspect`).
 
 Names are imported lazily, so the probe child process (`python -m raystream.data.sources`) starts without torch.
 """

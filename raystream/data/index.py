@@ -95,14 +95,17 @@ def describe_videos(entries: Sequence[VideoEntry], data_cfg, key: str) -> Tuple[
         if record is not None:
             stale.append(e.path)
         to_probe.append(i)
+    absent = any(problem for _, problem in results.values())
+    if absent and str(getattr(data_cfg, "on_bad_video", "error")) == "error":
+        to_probe = []  # a missing or empty object ends the stream's build anyway: name it before any download
     remote_probe = [i for i in to_probe if entries[i].source is not None]
     if stale:
         warnings.warn(f"`{key}`: {len(stale)} video(s) changed since their index was written (e.g. {stale[0]}): "
                       "probing them instead; rewrite the index with `raystream data index`", stacklevel=3)
     if remote_probe:
-        missing = len(remote_probe) - len([p for p in stale if is_uri(p)])
-        if missing:
-            warnings.warn(f"`{key}`: {missing} video(s) in the object store have no {INDEX_NAME} record: this node "
+        unindexed = len(remote_probe) - len([p for p in stale if is_uri(p)])
+        if unindexed:
+            warnings.warn(f"`{key}`: {unindexed} video(s) in the object store have no {INDEX_NAME} record: this node "
                           f"downloads them to count their frames; run `raystream data index` on "
                           f"{_parent(entries[remote_probe[0]].path)} once to skip this", stacklevel=3)
         cache = NodeCache.from_config(data_cfg)
@@ -110,7 +113,9 @@ def describe_videos(entries: Sequence[VideoEntry], data_cfg, key: str) -> Tuple[
     out_good: List[VideoInfo] = []
     out_bad: List[Tuple[str, str]] = []
     for i, e in enumerate(entries):
-        info, problem = results[i]
+        info, problem = results.get(i, (None, None))
+        if info is None and problem is None:
+            continue  # not probed: another video is missing (data.on_bad_video = error)
         if problem is None:
             out_good.append(info)
         else:

@@ -123,7 +123,8 @@ def class_folders(dataset: str, key: str = "eval.dataset") -> List[Tuple[str, st
     if is_uri(dataset):
         base = dataset.rstrip("/")
         objects = remote.list_prefix(base + "/", key, tuple(VIDEO_EXTENSIONS), recursive=True)
-        names = sorted({o.uri[len(base) + 1:].split("/")[0] for o in objects if o.uri[len(base) + 1:].count("/") == 1})
+        keys = [o.uri[len(base) + 1:] for o in objects]
+        names = sorted({k.split("/")[0] for k in keys if k.count("/") == 1})
         return [(f"{base}/{name}/", name) for name in names]
     root = Path(dataset).expanduser()
     if not root.is_dir():

@@ -234,8 +234,9 @@ class ClipStream:
         data.read_ahead), each job's frames dropped after the last step that uses them."""
         plan = Plan(self._needs, self.num_steps, start, self._segments_of, self.order.sequential,
                     self.shuffle_horizon)
-        self._fetcher = fetcher = VideoPrefetcher(self.cache, [v.source for v in self.videos], self._first_uses(start),
-                                                  self.prefetch_videos, start, [v.path for v in self.videos])
+        self._fetcher = fetcher = VideoPrefetcher(
+            self.cache, [v.source for v in self.videos], self._first_uses(start), self.prefetch_videos, start,
+            [v.path for v in self.videos])
         workers = DecodeWorkers(self.decode_workers, self._open_reader, self.resolution, self.max_open,
                                 name=f"raystream-decode-r{self.rank}")
         futures: Dict[int, Future] = {}  # job id -> its decoded frames, from submission until the job's last step
@@ -450,11 +451,12 @@ def _stream_over(spec, key: str, data_cfg, stream_cfg, rank: int, world_size: in
     for info in good:
         g = ClipGeometry.from_config(stream_cfg, info.fps)
         if g.num_clips(info.num_frames) < 1:
-            bad.append((info.source.uri if info.source else info.path, f"has {info.num_frames} frames, shorter than one clip (a clip spans "
-                                   f"{g.span + 1} source frames at {info.fps:g} fps: stream.frames_per_clip="
-                                   f"{stream_cfg.frames_per_clip}, stream.fps={stream_cfg.fps}"
-                                   + (f", stream.target_frames={stream_cfg.target_frames}" if g.target_frames
-                                      else "") + ")"))
+            name = info.source.uri if info.source else info.path
+            bad.append((name, f"has {info.num_frames} frames, shorter than one clip (a clip spans "
+                              f"{g.span + 1} source frames at {info.fps:g} fps: stream.frames_per_clip="
+                              f"{stream_cfg.frames_per_clip}, stream.fps={stream_cfg.fps}"
+                              + (f", stream.target_frames={stream_cfg.target_frames}" if g.target_frames
+                                 else "") + ")"))
         else:
             usable.append(info)
     if bad:

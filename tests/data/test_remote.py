@@ -237,3 +237,15 @@ def test_videos_are_fetched_in_the_order_the_stream_reads_them_and_only_so_far_a
         assert len(_downloads(tmp_path)) == 4
     finally:
         fetcher.close()
+
+
+def test_the_driver_names_a_missing_object_before_any_download(bucket, tmp_path):
+    """`raystream train` counts the steps (preflight.total_steps) before it starts Ray: a missing object ends it."""
+    from raystream.train.preflight import total_steps
+
+    s3 = bucket["s3"]
+    s3.client().put_object(Bucket=s3.bucket, Key="gone/list.txt", Body=b"../vids/v1.mp4\nv9.mp4\n")
+    cfg = compose([f"data.videos=s3://{s3.bucket}/gone/list.txt", f"data.cache_dir={tmp_path}"])
+    with pytest.raises(DataError, match=f"s3://{s3.bucket}/gone/v9.mp4: object not found in the store"):
+        total_steps(cfg)
+    assert not _downloads(tmp_path)  # v1 exists, but nothing is fetched once another video is missing

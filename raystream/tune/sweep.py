@@ -51,6 +51,7 @@ from raystream.tracking.store import experiment_id, prepare_store, retry, tracki
 from raystream.train import storage as results
 from raystream.train.run import fit as train_fit
 from raystream.tune.concurrency import trials_in_flight
+from raystream.tune.lock import SweepLock
 from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import SweepPlan, apply_values, optuna_space, plan, structured
 
@@ -136,6 +137,7 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
     if meta and meta.get("fingerprint") != the_plan.fingerprint():
         raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path.uri} holds a sweep with other "
                           "trials (its config changed); pick another sweep.run_name or leave it unset")
+    lock = SweepLock(path, run_name).acquire()  # a second sweep of this name refuses here, naming the running one
 
     from ray import tune
 
@@ -179,12 +181,14 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
         grid = tuner.fit()
     except BaseException:
         _end_parent(client, parent, "KILLED", path, meta, session_start)
+        lock.release()
         raise
     saved = _saved_trials(path.uri)
     trials = [_outcome(r, the_plan, saved) for r in grid]
     _finish_parent(client, parent, trials)
     _end_parent(client, parent, "KILLED" if any(t.status == "unfinished" for t in trials) else
                 "FINISHED" if any(t.status == "finished" for t in trials) else "FAILED", path, meta, session_start)
+    lock.release()
     return SweepOutcome(run_name=run_name, path=path.uri, parent_run_id=parent, tracking_uri=uri,
                         experiment=experiment, resumed=resumed, trials=trials, seconds=time.time() - started)
 

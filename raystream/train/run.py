@@ -40,7 +40,7 @@ from raystream.train import faults
 from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
 from raystream.train.divergence import DivergedError, raise_if_diverged
-from raystream.train.preflight import check_resources, total_steps
+from raystream.train.preflight import check_local_cpus, check_resources, total_steps
 from raystream.train.ray_start import start_ray
 
 RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume
@@ -121,6 +121,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     name = run_name or cfg.trainer.run_name or default_run_name(cfg)
     cfg.trainer.run_name = name
     check(cfg)
+    check_local_cpus(cfg.trainer)  # a local run: before Ray starts
     total = total_steps(cfg)
     start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
     check_resources(cfg.trainer, cluster_capacity())  # what the cluster can grow to (autoscaler)

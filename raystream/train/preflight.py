@@ -5,7 +5,8 @@
 - a run on its own videos has the evaluation data its scenario needs (`eval.dataset` for probes,
   `data.heldout_videos` for held-out pixel error): otherwise it would fail only after all the training;
 - the Ray cluster has the CPUs and GPUs the workers ask for (`trainer.num_workers` x `trainer.cpus_per_worker`,
-  one GPU per worker with `trainer.use_gpu`). Clusters that autoscale can skip this with RAYSTREAM_NO_RESOURCE_CHECK=1;
+  one GPU per worker with `trainer.use_gpu`). Clusters that autoscale can skip this with RAYSTREAM_NO_RESOURCE_CHECK=1.
+  A local run (no `RAY_ADDRESS`) checks the CPUs against this machine's before Ray starts (`check_local_cpus`);
 - the videos open and fill at least one global batch (`build_stream` probes them all; demo videos are generated
   here, once, instead of by every worker at the same time), which also gives the number of steps.
 """
@@ -56,7 +57,24 @@ def scenario_needs(name: str) -> frozenset:
     return frozenset().union(*(c.needs for c in subclasses(Scenario) if c.name == name))
 
 
-def check_resources(trainer_cfg, resources: Mapping[str, float]) -> None:
+def machine_cpus() -> int:
+    """The CPUs this process may use (its affinity mask), what a local Ray cluster offers at most."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def check_local_cpus(trainer_cfg) -> None:
+    """A local run (no `RAY_ADDRESS`, Ray not started yet): the workers' CPUs against this machine's, before the
+    seconds Ray takes to start. A cluster is checked after joining it (`check_resources`)."""
+    ray = sys.modules.get("ray")
+    if os.environ.get("RAY_ADDRESS") or (ray is not None and ray.is_initialized()):
+        return
+    check_resources(trainer_cfg, {"CPU": float(machine_cpus())}, where="this machine (local Ray)")
+
+
+def check_resources(trainer_cfg, resources: Mapping[str, float], where: str = "the Ray cluster") -> None:
     """`resources`: the cluster's total resources (`ray.cluster_resources()`)."""
     if os.environ.get("RAYSTREAM_NO_RESOURCE_CHECK") == "1":
         return
@@ -65,7 +83,7 @@ def check_resources(trainer_cfg, resources: Mapping[str, float]) -> None:
     if workers * cpus > have_cpu:
         raise ConfigError(
             f"config key `trainer.num_workers` = {workers} (x `trainer.cpus_per_worker` = {cpus:g}) needs "
-            f"{workers * cpus:g} CPUs but the Ray cluster has {have_cpu:g}: lower trainer.num_workers or "
+            f"{workers * cpus:g} CPUs but {where} has {have_cpu:g}: lower trainer.num_workers or "
             "trainer.cpus_per_worker, or add nodes")
     if bool(trainer_cfg.use_gpu):
         have_gpu = float(resources.get("GPU", 0))

@@ -15,19 +15,22 @@
     `trainer.keep_checkpoints` (`checkpoint.prune`) and closes the MLflow run.
 
 How a run ends: FINISHED; FAILED with `raystream.error` = the reason (a worker error after `trainer.max_failures`
-retries, or `DivergedError` at the first non-finite loss or gradient, which is never retried); KILLED on Ctrl-C
-(`fit` raises `Interrupted`, and `main` prints the command that resumes the run).
+retries, or `DivergedError` at the first non-finite loss or gradient, which is never retried); KILLED on Ctrl-C or
+SIGTERM (`fit` raises `Interrupted`, and `main` prints the command that resumes the run). Whatever stops a run once its
+MLflow run is open (a storage error included) closes that run with the cause in `raystream.error`.
 """
 
 from __future__ import annotations
 
 import copy
 import shlex
+import signal
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -40,7 +43,7 @@ from raystream.train import faults
 from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
 from raystream.train.divergence import DivergedError, raise_if_diverged
-from raystream.train.preflight import check_resources, total_steps
+from raystream.train.preflight import check_local_cpus, check_resources, total_steps
 from raystream.train.ray_start import start_ray
 
 RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume
@@ -48,7 +51,12 @@ MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
 
 
 class Interrupted(KeyboardInterrupt):
-    """The user interrupted the run (Ctrl-C: Ray Train aborts its workers); its MLflow run is KILLED."""
+    """The run was interrupted (Ctrl-C, or SIGTERM: Ray Train aborts its workers); its MLflow run is KILLED.
+    `signal`: the signal's name."""
+
+    def __init__(self, message: str, signal: str = "SIGINT"):
+        super().__init__(message)
+        self.signal = signal
 
 
 class TrackingUnavailable(RuntimeError):
@@ -121,6 +129,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     name = run_name or cfg.trainer.run_name or default_run_name(cfg)
     cfg.trainer.run_name = name
     check(cfg)
+    check_local_cpus(cfg.trainer)  # a local run: before Ray starts
     total = total_steps(cfg)
     start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
     check_resources(cfg.trainer, cluster_capacity())  # what the cluster can grow to (autoscaler)
@@ -136,60 +145,76 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     tags = {**(mlflow_tags or {}), names.TAG_RUN_DIR: run_dir.uri}
     run_id = start_run(client, experiment=cfg.mlflow.experiment, uri=uri, run_name=name,
                        parent_run_id=mlflow_parent_run_id, tags=tags, resume_run_id=info.get("mlflow_run_id"))
-    if resume is not None and info.get("mlflow_run_id") and run_id != info["mlflow_run_id"]:
-        _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
-    _log_params(client, run_id, flatten(cfg))
-    run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
+    with _closed_on_failure(client, run_id, name) as received:  # KILLED / FAILED with the cause, whatever stops it
+        if resume is not None and info.get("mlflow_run_id") and run_id != info["mlflow_run_id"]:
+            _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
+        _log_params(client, run_id, flatten(cfg))
+        run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
 
-    tcfg = cfg.trainer
-    resources = {"CPU": float(tcfg.cpus_per_worker), **({"GPU": 1} if tcfg.use_gpu else {})}
-    trainer = TorchTrainer(
-        train_loop_per_worker,
-        train_loop_config={
-            "cfg": OmegaConf.to_container(cfg, resolve=True),
-            "run": {"run_name": name, "total_steps": total, "tracking_uri": uri, "mlflow_run_id": run_id,
-                    "resume_from": Checkpoint(resume[0], filesystem=fs) if resume is not None else None,
-                    "unsent_metrics": unsent.path_in(run_dir.uri),
-                    "hooks": faults.from_env(local_run_dir, name),
-                    # the stream's Figure 1 figure, once per run, by the workers before step 0
-                    "measure_correlation": int(cfg.trainer.correlation_steps) > 0 and not info},
-        },
-        scaling_config=ScalingConfig(num_workers=int(tcfg.num_workers), use_gpu=bool(tcfg.use_gpu),
-                                     resources_per_worker=resources),
-        run_config=RunConfig(
-            name=name, storage_path=storage.uri,
-            failure_config=FailureConfig(max_failures=int(tcfg.max_failures)),
-            checkpoint_config=CheckpointConfig(num_to_keep=int(tcfg.keep_checkpoints)),
-            callbacks=list(callbacks or []),
-            logging_config=LoggingConfig(log_level=str(tcfg.ray_log_level)),
-        ),
-    )
-    try:
+        tcfg = cfg.trainer
+        resources = {"CPU": float(tcfg.cpus_per_worker), **({"GPU": 1} if tcfg.use_gpu else {})}
+        trainer = TorchTrainer(
+            train_loop_per_worker,
+            train_loop_config={
+                "cfg": OmegaConf.to_container(cfg, resolve=True),
+                "run": {"run_name": name, "total_steps": total, "tracking_uri": uri, "mlflow_run_id": run_id,
+                        "resume_from": Checkpoint(resume[0], filesystem=fs) if resume is not None else None,
+                        "unsent_metrics": unsent.path_in(run_dir.uri),
+                        "hooks": faults.from_env(local_run_dir, name),
+                        # the stream's Figure 1 figure, once per run, by the workers before step 0
+                        "measure_correlation": int(cfg.trainer.correlation_steps) > 0 and not info},
+            },
+            scaling_config=ScalingConfig(num_workers=int(tcfg.num_workers), use_gpu=bool(tcfg.use_gpu),
+                                         resources_per_worker=resources),
+            run_config=RunConfig(
+                name=name, storage_path=storage.uri,
+                failure_config=FailureConfig(max_failures=int(tcfg.max_failures)),
+                checkpoint_config=CheckpointConfig(num_to_keep=int(tcfg.keep_checkpoints)),
+                callbacks=list(callbacks or []),
+                logging_config=LoggingConfig(log_level=str(tcfg.ray_log_level)),
+            ),
+        )
         result = trainer.fit()
+        faults.raise_if_signalled(received)  # SIGTERM: Ray Train aborted the run gracefully
         raise_if_diverged(result.return_value)
-    except BaseException as exc:
-        # Ray Train's SIGINT handler aborts the controller and exits the driver's wait with SystemExit.
-        interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit))
-        _close_failed(client, run_id, exc, interrupted)
-        if interrupted:
-            raise Interrupted(f"run {name} interrupted") from None
-        raise
-    kept = {Path(c.path).name for c, _ in result.best_checkpoints or []}
-    if result.checkpoint is not None:
-        kept.add(Path(result.checkpoint.path).name)
-    try:
-        _upload_unsent(unsent.path_in(run_dir.uri), run_id, uri)
-    except TrackingUnavailable:
+        kept = {Path(c.path).name for c, _ in result.best_checkpoints or []}
+        if result.checkpoint is not None:
+            kept.add(Path(result.checkpoint.path).name)
+        try:
+            _upload_unsent(unsent.path_in(run_dir.uri), run_id, uri)
+        except TrackingUnavailable:
+            ckpt_files.prune(fs, run_dir.path, kept)
+            raise
+        retry(lambda: client.set_tag(run_id, names.TAG_STATUS, "finished"), "tag run")
+        _log_artifacts(client, run_id, cfg, result.checkpoint, bool(tcfg.log_checkpoint_artifact))
         ckpt_files.prune(fs, run_dir.path, kept)
-        raise
-    retry(lambda: client.set_tag(run_id, names.TAG_STATUS, "finished"), "tag run")
-    _log_artifacts(client, run_id, cfg, result.checkpoint, bool(tcfg.log_checkpoint_artifact))
-    ckpt_files.prune(fs, run_dir.path, kept)
-    end_run(client, run_id, status="FINISHED")
+        end_run(client, run_id, status="FINISHED")
     final = dict(result.return_value or result.metrics or {})
     final.update(mlflow_run_id=run_id, run_name=name, run_dir=storage.uri_of(str(result.path)),
                  checkpoint_path=storage.uri_of(result.checkpoint.path) if result.checkpoint is not None else None)
     return final
+
+
+@contextmanager
+def _closed_on_failure(client, run_id: str, name: str) -> Iterator[Dict[str, str]]:
+    """Whatever stops the run while its MLflow run is open ends that run: FAILED (a worker error after the retries,
+    divergence, a storage error) or KILLED (Ctrl-C, SIGTERM: `Interrupted`), with the cause in `raystream.error`.
+    SIGTERM (a job scheduler, `timeout`, `ray job stop`) is handled as Ctrl-C; the yielded dict names the signal.
+    TrackingUnavailable passes through: the store is away, and the upload it names closes the run."""
+    received: Dict[str, str] = {}
+    with faults.sigterm_as_sigint(received):
+        try:
+            yield received
+        except TrackingUnavailable:
+            raise
+        except BaseException as exc:
+            # Ray Train's SIGINT handler aborts the controller and exits the driver's wait with SystemExit.
+            interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit))
+            signame = received.get("signal", "SIGINT")
+            _close_failed(client, run_id, exc, interrupted, signame)
+            if interrupted:
+                raise Interrupted(f"run {name} interrupted by {signame}", signame) from None
+            raise
 
 
 def _upload_unsent(path: str, run_id: str, uri: str) -> None:
@@ -210,16 +235,19 @@ def _upload_unsent(path: str, run_id: str, uri: str) -> None:
         ) from None
 
 
-def _close_failed(client, run_id: str, exc: BaseException, interrupted: bool) -> None:
-    """End the MLflow run KILLED (interrupted) or FAILED, with the reason in `raystream.error`; an MLflow error
-    here is printed, never raised over the training error."""
+def _close_failed(client, run_id: str, exc: BaseException, interrupted: bool, signame: str = "SIGINT") -> None:
+    """End the MLflow run KILLED (interrupted by `signame`) or FAILED, with the cause in `raystream.error`; an
+    MLflow error here (the store may be away too) is printed, never raised over the training error."""
     try:
-        if not interrupted:
-            reason = str(exc) if isinstance(exc, DivergedError) else f"{type(exc).__name__}: {exc}"
+        with failing_fast():
+            if interrupted:
+                reason = faults.interrupted_cause(signame)
+            else:
+                reason = str(exc) if isinstance(exc, DivergedError) else f"{type(exc).__name__}: {exc}"
             retry(lambda: client.set_tag(run_id, names.TAG_ERROR, reason[:5000]), "tag run")
             if isinstance(exc, DivergedError):
                 retry(lambda: client.set_tag(run_id, names.TAG_STATUS, "diverged"), "tag run")
-        end_run(client, run_id, status="KILLED" if interrupted else "FAILED")
+            end_run(client, run_id, status="KILLED" if interrupted else "FAILED")
     except Exception as mlflow_exc:  # keep the training error, not MLflow's
         print(f"raystream: could not close MLflow run {run_id}: {mlflow_exc}", file=sys.stderr)
 
@@ -255,10 +283,11 @@ def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> int:
     except (ConfigError, DataError) as exc:
         print(f"raystream train: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"raystream train: interrupted; the MLflow run is marked KILLED. Resume from the last checkpoint "
-              f"with:\n  {resume_command(name, overrides)}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signame = getattr(exc, "signal", "SIGINT")
+        print(f"raystream train: interrupted ({signame}); the MLflow run is marked KILLED. Resume from the last "
+              f"checkpoint with:\n  {resume_command(name, overrides)}", file=sys.stderr)
+        return 128 + int(getattr(signal, signame, signal.SIGINT))
     except DivergedError as exc:
         print(f"raystream train: {exc}; the MLflow run is marked FAILED", file=sys.stderr)
         return 1

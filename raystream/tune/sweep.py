@@ -48,9 +48,11 @@ from raystream.tracking.names import (CELL_TAG, ERROR_TAG, GRID_TAG_PREFIX, ROLE
                                       SWEEP_TAG, TRIAL_TAG, TRIALS_ARTIFACT)
 from raystream.tracking.store import client as mlflow_client
 from raystream.tracking.store import experiment_id, prepare_store, retry, tracking_uri
+from raystream.train import faults
 from raystream.train import storage as results
 from raystream.train.run import fit as train_fit
 from raystream.tune.concurrency import trials_in_flight
+from raystream.tune.lock import SweepLock
 from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import SweepPlan, apply_values, optuna_space, plan, structured
 
@@ -137,6 +139,7 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
     if meta and meta.get("fingerprint") != the_plan.fingerprint():
         raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path.uri} holds a sweep with other "
                           "trials (its config changed); pick another sweep.run_name or leave it unset")
+    lock = SweepLock(path, run_name).acquire()  # a second sweep of this name refuses here, naming the running one
 
     from ray import tune
 
@@ -176,10 +179,13 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
                                                      sync_config=tune.SyncConfig(sync_period=SYNC_PERIOD_S),
                                                      verbose=verbose))
     client = mlflow_client(uri)
+    received: Dict[str, str] = {}  # SIGTERM stops the sweep as Ctrl-C does
     try:
-        grid = tuner.fit()
+        with faults.sigterm_as_sigint(received):
+            grid = tuner.fit()
     except BaseException:
-        _end_parent(client, parent, "KILLED", path, meta, session_start)
+        _end_parent(client, parent, "KILLED", path, meta, session_start, received.get("signal", "SIGINT"))
+        lock.release()
         raise
     saved = _saved_trials(path.uri)
     trials = [_outcome(r, the_plan, saved) for r in grid]
@@ -188,7 +194,9 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
     evals = sorted({k for t in trials for k in t.metrics if k.startswith(names.EVAL_PREFIX)})
     ui.write_view(client, exp_id, run_name, view_columns(the_plan, [str(cfg.sweep.metric), *evals]))
     _end_parent(client, parent, "KILLED" if any(t.status == "unfinished" for t in trials) else
-                "FINISHED" if any(t.status == "finished" for t in trials) else "FAILED", path, meta, session_start)
+                "FINISHED" if any(t.status == "finished" for t in trials) else "FAILED", path, meta, session_start,
+                received.get("signal", "SIGINT"), stopped=[t.trial_id for t in trials if t.status == "unfinished"])
+    lock.release()
     return SweepOutcome(run_name=run_name, path=path.uri, parent_run_id=parent, tracking_uri=uri,
                         experiment=experiment, resumed=resumed, trials=trials, seconds=time.time() - started,
                         experiment_id=exp_id)
@@ -440,25 +448,33 @@ def _finish_parent(client, parent: str, trials: List[TrialOutcome]) -> None:
 
 
 def _end_parent(client, parent: str, status: str, path: "results.Storage", meta: Dict[str, Any],
-                session_start: float) -> None:
+                session_start: float, signame: str = "SIGINT", stopped: Sequence[str] = ()) -> None:
     """Close the parent run with `status`. Its end time is its start time plus the seconds every session of the sweep
     ran (kept in the sweep's meta file), so MLflow's duration leaves out the pauses between interrupt and resume.
-    An interrupted sweep also ends the child runs its trials left RUNNING, as KILLED (a resume reopens them)."""
+    An interrupted sweep (by `signame`) also ends the child runs of the trials it stopped as KILLED, the cause in
+    `raystream.error` on them and on the parent (a resume reopens them)."""
     active = float(meta.get("active_s", 0.0)) + (time.time() - session_start)
     meta["active_s"] = active
     path.write_json(META_FILE, meta)
     if status == "KILLED":
-        kill_running_children(client, parent)
+        cause = faults.interrupted_cause(signame)
+        kill_running_children(client, parent, cause, stopped)
+        retry(lambda: client.set_tag(parent, ERROR_TAG, cause), "tag parent run")
     start_ms = retry(lambda: client.get_run(parent), "get parent run").info.start_time
     retry(lambda: client.set_tag(parent, names.ACTIVE_SECONDS_TAG, f"{active:.1f}"), "tag parent run")
     retry(lambda: client.set_terminated(parent, status, end_time=int(start_ms + active * 1000)), "end parent run")
 
 
-def kill_running_children(client, parent: str) -> None:
-    """Child runs of `parent` still RUNNING (their trial was stopped by an interrupt) end as KILLED."""
+def kill_running_children(client, parent: str, cause: str = "interrupted", stopped: Sequence[str] = ()) -> None:
+    """Child runs of `parent` still RUNNING, and those of the trials `stopped` by an interrupt (whose run may have
+    ended FAILED with the ActorDiedError of its killed actor), end as KILLED with `cause` in `raystream.error`."""
     exp_id = retry(lambda: client.get_run(parent), "get parent run").info.experiment_id
-    running = retry(lambda: client.search_runs([exp_id], filter_string=f"tags.`{names.PARENT_RUN_TAG}` = '{parent}' "
-                                                                        "and attributes.status = 'RUNNING'"),
-                    "find running trials")
-    for run in running:
-        retry(lambda run=run: client.set_terminated(run.info.run_id, "KILLED"), "end interrupted trial run")
+    of_parent = f"tags.`{names.PARENT_RUN_TAG}` = '{parent}'"
+    runs = {r.info.run_id: r for r in retry(lambda: client.search_runs(
+        [exp_id], filter_string=f"{of_parent} and attributes.status = 'RUNNING'"), "find running trials")}
+    for trial_id in stopped:
+        runs.update((r.info.run_id, r) for r in retry(lambda t=trial_id: client.search_runs(
+            [exp_id], filter_string=f"{of_parent} and tags.`{TRIAL_TAG}` = '{t}'"), "find stopped trial"))
+    for run_id in runs:
+        retry(lambda r=run_id: client.set_tag(r, ERROR_TAG, cause), "tag interrupted trial run")
+        retry(lambda r=run_id: client.set_terminated(r, "KILLED"), "end interrupted trial run")

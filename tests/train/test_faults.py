@@ -77,3 +77,49 @@ def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(
         assert mlflow_run.info.status == "FINISHED"
         assert sorted(m.step for m in client.get_metric_history(header["mlflow_run_id"], "loss")) == list(range(6))
         assert not Path(path).exists()
+
+
+@pytest.mark.slow
+def test_sigterm_ends_the_run_killed_with_the_cause(ray_cluster, tiny_overrides, workdir):
+    """SIGTERM (a job scheduler, `timeout`, `ray job stop`) stops the run as Ctrl-C does: exit 143, the resume
+    command printed, the MLflow run KILLED with the cause in `raystream.error`."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from raystream.tracking import client as make_client
+    from raystream.train import checkpoint
+
+    overrides = tiny_overrides("trainer.num_workers=1", "trainer.run_name=termed")
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_STEP_DELAY_S": "1"}
+    run_dir = Path(workdir["storage"]) / "termed"
+    err = workdir["dir"] / "termed.stderr"
+    with open(err, "w") as stderr:
+        driver = subprocess.Popen([sys.executable, "-m", "raystream.cli", "train", *overrides], env=env,
+                                  cwd=workdir["dir"], stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            deadline = time.time() + 200
+            while not list(run_dir.glob("checkpoint_0*")):
+                assert driver.poll() is None, f"driver exited early with {driver.returncode}: {err.read_text()}"
+                assert time.time() < deadline, "no checkpoint within 200 s"
+                time.sleep(0.2)
+            driver.send_signal(signal.SIGTERM)
+            assert driver.wait(timeout=120) == 143, err.read_text()[-3000:]
+        finally:
+            driver.kill()
+            driver.wait()
+    assert "interrupted (SIGTERM)" in err.read_text() and "trainer.run_name=termed" in err.read_text()
+    run_id = json.loads((run_dir / "raystream_run.json").read_text())["mlflow_run_id"]
+    run = make_client(workdir["mlflow"]).get_run(run_id)
+    assert run.info.status == "KILLED" and run.data.tags["raystream.error"].startswith("interrupted (SIGTERM")
+    assert checkpoint.latest(*_local(run_dir)) is not None  # resumable
+
+
+def _local(path):
+    import pyarrow.fs
+
+    return pyarrow.fs.LocalFileSystem(), str(path)

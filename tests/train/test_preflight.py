@@ -54,3 +54,24 @@ def test_main_reports_bad_videos_before_ray_starts(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "raystream train:" in err and "missing.mp4" in err
     assert not (tmp_path / "results").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_local_run_asking_more_cpus_than_the_machine_fails_before_ray_starts(tmp_path):
+    """No RAY_ADDRESS: the workers' CPUs are checked against this machine's before Ray starts (not 17 s after)."""
+    import os
+    import subprocess
+    import sys
+
+    from raystream.train.preflight import machine_cpus
+
+    code = ("import sys; from raystream.config import compose; from raystream.train.run import main; "
+            "rc = main(compose(sys.argv[1:])); import ray; print(rc, ray.is_initialized())")
+    want = machine_cpus() + 1
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSTREAM_NO_RESOURCE_CHECK")}
+    out = subprocess.run([sys.executable, "-c", code, "trainer.num_workers=1", f"trainer.cpus_per_worker={want}",
+                          f"trainer.storage_path={tmp_path / 'results'}",
+                          f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert out.stdout.split()[-2:] == ["2", "False"], out.stdout + out.stderr[-2000:]
+    assert (f"`trainer.num_workers` = 1 (x `trainer.cpus_per_worker` = {want}) needs {want} CPUs but this machine "
+            f"(local Ray) has {want - 1}") in out.stderr

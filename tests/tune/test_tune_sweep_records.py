@@ -52,11 +52,19 @@ def test_an_interrupt_kills_running_children_and_the_pause_is_not_counted(tmp_pa
     client = MlflowClient(uri)
     exp = client.get_run(parent).info.experiment_id
     child = client.create_run(exp, tags={names.PARENT_RUN_TAG: parent}).info.run_id
+    # a stopped trial whose run already ended FAILED with its killed actor's error: it was interrupted, not broken
+    died = client.create_run(exp, tags={names.PARENT_RUN_TAG: parent, names.TRIAL_TAG: "t2"}).info.run_id
+    client.set_tag(died, names.ERROR_TAG, "ActorDiedError: The actor died unexpectedly before finishing this task")
+    client.set_terminated(died, "FAILED")
     meta = {"active_s": 30.0}  # an earlier session ran 30 s; this one 2 s, after a long pause
-    _end_parent(client, parent, "KILLED", storage.resolve(str(tmp_path)), meta, time.time() - 2.0)
-    assert client.get_run(child).info.status == "KILLED"
+    _end_parent(client, parent, "KILLED", storage.resolve(str(tmp_path)), meta, time.time() - 2.0, "SIGTERM",
+                stopped=["t2"])
+    for run_id in (child, died):
+        stopped = client.get_run(run_id)
+        assert stopped.info.status == "KILLED"
+        assert stopped.data.tags[names.ERROR_TAG].startswith("interrupted (SIGTERM")
     run = client.get_run(parent)
-    assert run.info.status == "KILLED"
+    assert run.info.status == "KILLED" and "SIGTERM" in run.data.tags[names.ERROR_TAG]
     assert 31.5 <= (run.info.end_time - run.info.start_time) / 1000 <= 40
     assert float(run.data.tags[names.ACTIVE_SECONDS_TAG]) >= 32
     assert meta["active_s"] >= 32

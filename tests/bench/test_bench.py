@@ -125,3 +125,19 @@ def test_sweep_verdicts_name_the_count_or_what_stopped_it():
     cut = throughput.Sweep({1: slow}, None, False, [2, 4]).verdict(memory)
     assert cut.startswith("undetermined") and "[2, 4]" in cut
     assert math.isclose(slow.steps_per_s / memory.steps_per_s, 0.5)
+
+
+
+def test_compiled_updates_must_follow_the_stock_ones():
+    """The comparison behind the `compiled_step` check (the compilation itself takes minutes on this CPU: run
+    `raystream bench --compile on` to see it pass)."""
+    from raystream.bench.trainee import CheckFailed
+
+    gen = torch.Generator().manual_seed(0)
+    before = [torch.randn(64, 8, generator=gen), 1.0 + torch.zeros(8)]
+    stock = [p - 1e-4 * torch.randn(p.shape, generator=gen) for p in before]
+    rounded = [s + 2 * torch.finfo(torch.float32).eps * s.abs() for s in stock]  # a few ulps off: agrees
+    assert checks.same_updates(before, stock, rounded).startswith("updates agree")
+    wrong = [stock[0], before[1] + 2 * (before[1] - stock[1])]  # the second moved the other way
+    with pytest.raises(CheckFailed, match="check `compiled_step` failed: .* parameter 1 differ"):
+        checks.same_updates(before, stock, wrong)

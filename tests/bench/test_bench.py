@@ -49,6 +49,7 @@ def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
     assert r["from_memory_clips_per_s"] == pytest.approx(2 * r["from_memory_steps_per_s"], rel=1e-12)
     assert r["live_clips_per_s"] == pytest.approx(2 * r["live_steps_per_s"], rel=1e-12)
     assert r["from_memory_steps_per_s"] > 0 and r["live_steps_per_s"] > 0
+    assert r["from_memory_timed_steps"] == r["live_timed_steps"] == 3  # the budget did not cut them short
     # decode workers: the counts swept are 1, 2, 4, ... up to the cores; the answer is one of them, or none
     cores = len(os.sched_getaffinity(0))
     swept = [int(w) for w in r["decode_workers_sweep"]]
@@ -95,6 +96,15 @@ def test_cuda_on_a_machine_without_it_is_a_named_error(demo, capsys):
     err = capsys.readouterr().err
     assert "--device cuda" in err and "sees no CUDA device" in err and "--device cpu" in err
     assert not (demo / "cuda.json").exists()
+
+
+def test_an_unwritable_json_path_fails_before_measuring(demo, capsys):
+    blocker = demo / "a-file"
+    blocker.write_text("")
+    rc = bench_main(compose(_tiny(demo)), device="cpu", steps=1, json_path=str(blocker / "bench.json"))
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert f"--json {blocker / 'bench.json'}: cannot write there" in err
 
 
 def test_the_sweep_counts_double_up_to_the_cores():

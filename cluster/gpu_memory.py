@@ -12,12 +12,19 @@ copy autocast caches 2 = 26 bytes (DDP's gradient buckets add 4 more when traine
 also holds the CUDA context and cuBLAS workspaces (1 GiB, added) and loses some memory to allocator
 fragmentation (not added: keep 10-20 % headroom). CPU autocast saves the same tensors as CUDA autocast for these
 layers (linear, SDPA flash attention, layer norm, GELU) up to dtype choices, so expect +-15 %.
+
+Measured figures replace estimates cell by cell: `--measured bench-*.json` reads the JSON objects `raystream bench
+--device cuda --json PATH` writes and shows, in the cell of the same scenario, preset, resolution, frames per clip
+and per-GPU batch, "estimate / measured" (measured: `max_memory_allocated` over the live steps, tensors only, so
+compare it with the estimate less the 1 GiB of CUDA context). Below the table a line says how many cells are
+measured. None is yet: no GPU has been available to this project.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Dict, List, Sequence
+import json
+from typing import Dict, List, Sequence, Tuple
 
 BYTES_PER_PARAM = 4 + 4 + 8 + 4 + 4 + 2
 CUDA_OVERHEAD = 1 << 30
@@ -70,7 +77,26 @@ def estimate(overrides: Sequence[str], batches: Sequence[int] = (8, 16, 32, 64))
     per_clip, fixed = a2 - a1, 2 * a1 - a2
     static = params * BYTES_PER_PARAM + CUDA_OVERHEAD
     return {"params": params, "static": static, "per_clip": per_clip,
-            "total": {b: static + max(fixed, 0) + b * per_clip for b in batches}}
+            "total": {b: static + max(fixed, 0) + b * per_clip for b in batches},
+            "key": (str(cfg.scenario.name), str(cfg.scenario.backbone.preset), int(cfg.stream.resolution),
+                    int(cfg.stream.frames_per_clip))}
+
+
+def measured_peaks(paths: Sequence[str]) -> Dict[Tuple, float]:
+    """(scenario, preset, resolution, frames per clip, per-GPU batch) -> peak GiB, from `raystream bench --json`
+    files measured on CUDA (CPU runs are left out: their peak is the process's RSS)."""
+    out = {}
+    for path in paths:
+        with open(path) as f:
+            r = json.load(f)
+        if r.get("device") == "cuda" and "peak_memory_gb" in r:
+            out[(r["scenario"], r["backbone"], r["resolution"], r["frames_per_clip"], r["batch_size"])] = \
+                float(r["peak_memory_gb"])
+    return out
+
+
+def _cell(estimate_bytes: int, measured) -> str:
+    return f"{estimate_bytes / GIB:.1f}" + ("" if measured is None else f" / {measured:.1f} measured")
 
 
 def main(argv: List[str] = None) -> int:
@@ -80,7 +106,11 @@ def main(argv: List[str] = None) -> int:
     p.add_argument("--presets", nargs="+", default=["small", "base", "large"])
     p.add_argument("--resolution", type=int, default=224)
     p.add_argument("--batch", nargs="+", type=int, default=[8, 16, 32, 64], help="per-GPU batch sizes")
+    p.add_argument("--measured", nargs="*", default=[], metavar="JSON",
+                   help="`raystream bench --device cuda --json` outputs whose peaks fill their cells")
     args = p.parse_args(argv)
+    measured = measured_peaks(args.measured)
+    filled = 0
     print(f"scenario={args.scenario} stream={args.stream} stream.resolution={args.resolution}, bf16 autocast, "
           f"Orthogonal-AdamW; GiB per GPU")
     print("| preset | params | static | per clip | " + " | ".join(f"batch {b}" for b in args.batch) + " |")
@@ -88,8 +118,12 @@ def main(argv: List[str] = None) -> int:
     for preset in args.presets:
         r = estimate([f"scenario={args.scenario}", f"stream={args.stream}", f"scenario.backbone.preset={preset}",
                       f"stream.resolution={args.resolution}"], args.batch)
+        cells = {b: measured.get((*r["key"], b)) for b in args.batch}
+        filled += sum(m is not None for m in cells.values())
         print(f"| {preset} | {r['params'] / 1e6:.1f}M | {r['static'] / GIB:.1f} | {r['per_clip'] / GIB:.3f} | "
-              + " | ".join(f"{r['total'][b] / GIB:.1f}" for b in args.batch) + " |")
+              + " | ".join(_cell(r["total"][b], cells[b]) for b in args.batch) + " |")
+    print(f"measured by raystream bench: {filled} of {len(args.presets) * len(args.batch)} cells"
+          + ("" if filled else " (every figure above is an estimate)"))
     return 0
 
 

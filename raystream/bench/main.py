@@ -10,7 +10,7 @@
 Compiling (Orthogonal-AdamW's compiled step, for the check and the timing) is allowed with `--compile on`, or with
 `auto` when the budget is at least COMPILE_BUDGET_S for the device (a first compilation of a ViT's step took about a
 minute on a 2-core CPU); otherwise it is skipped and the output says so. Exit 0; 2 when the input is bad (no CUDA
-device, bad data); 3 when a check failed.
+device, bad data or checkpoint, a `--json` path that cannot be written: checked first); 3 when a check failed.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from raystream.bench import checks, report, throughput
 from raystream.bench.memory import GIB, PeakMemory
 from raystream.bench.optimizer_timing import compile_applies, label, time_optimizers
-from raystream.bench.trainee import BenchError, Budget, CheckFailed, Trainee, device_name, resolve_device
+from raystream.bench.trainee import Budget, CheckFailed, Trainee, device_name, resolve_device
 
 WARMUP = 3  # untimed steps before each timing (the compiled optimizer step compiles in the second)
 COMPILE_BUDGET_S = {"cpu": 600.0, "cuda": 240.0}  # --compile auto compiles when the time budget is at least this
@@ -92,6 +92,7 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
     result.update(from_memory_steps_per_s=memory.steps_per_s, from_memory_clips_per_s=memory.clips_per_s,
                   live_steps_per_s=live.steps_per_s, live_clips_per_s=live.clips_per_s,
                   live_over_memory=live.steps_per_s / memory.steps_per_s, live_decode_workers=configured,
+                  from_memory_timed_steps=memory.steps, live_timed_steps=live.steps,
                   peak_memory_bytes=peak_bytes, peak_memory_gb=peak_bytes / GIB, peak_memory_how=peak.how)
     gc.collect()
 
@@ -117,8 +118,10 @@ def main(cfg, *, device: Optional[str] = None, steps: int = 20, json_path: Optio
     from raystream.data import DataError
 
     try:
+        if json_path:
+            report.check_writable(json_path)
         result = run(cfg, device=device, steps=steps, time_budget=time_budget, compile=compile, overrides=overrides)
-    except (BenchError, DataError) as exc:
+    except (DataError, ValueError, OSError) as exc:  # BenchError and a bad checkpoint (CheckpointError) included
         print(f"raystream bench: {exc}", file=sys.stderr)
         return 2
     except CheckFailed as exc:

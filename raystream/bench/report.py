@@ -3,7 +3,8 @@
 JSON keys: device, device_name, torch, date (UTC), overrides; the setting (scenario, backbone, optimizer,
 batch_size per worker, global_batch_size, num_workers, frames_per_clip, resolution, bf16, torch_threads);
 steps, warmup; from_memory_steps_per_s, from_memory_clips_per_s, live_steps_per_s, live_clips_per_s,
-live_over_memory (live / from-memory), live_decode_workers (the configured count); decode_workers (the smallest
+live_over_memory (live / from-memory), live_decode_workers (the configured count), from_memory_timed_steps and
+live_timed_steps (fewer than `steps` when the time budget ran out); decode_workers (the smallest
 count reaching 0.9x of from-memory, null when none did), decode_bound, decode_workers_sweep
 {count: {steps_per_s, over_memory}}, decode_workers_not_measured, decode_verdict; optimizer_step_ms {label: ms},
 optimizer_configured, optimizer_step_skipped {label: why}; peak_memory_gb (GiB), peak_memory_bytes,
@@ -48,6 +49,18 @@ def table(r: Dict[str, Any]) -> str:
               "checks: " + "; ".join(f"{k} {v}" for k, v in r["checks"].items()),
               f"{r['elapsed_s']:.0f} s of a {r['time_budget_s']:.0f} s budget"]
     return "\n".join(lines)
+
+
+def check_writable(path: str) -> None:
+    """Fail before measuring, not after: `path`'s folder can be made and written. Raises OSError naming it."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        probe = target.with_name(f".{target.name}.{os.getpid()}.probe")
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise OSError(f"--json {path}: cannot write there ({exc.strerror or exc})") from None
 
 
 def write_json(result: Dict[str, Any], path: str) -> None:

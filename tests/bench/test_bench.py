@@ -49,6 +49,7 @@ def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
     assert r["from_memory_clips_per_s"] == pytest.approx(2 * r["from_memory_steps_per_s"], rel=1e-12)
     assert r["live_clips_per_s"] == pytest.approx(2 * r["live_steps_per_s"], rel=1e-12)
     assert r["from_memory_steps_per_s"] > 0 and r["live_steps_per_s"] > 0
+    assert r["from_memory_timed_steps"] == r["live_timed_steps"] == 3  # the budget did not cut them short
     # decode workers: the counts swept are 1, 2, 4, ... up to the cores; the answer is one of them, or none
     cores = len(os.sched_getaffinity(0))
     swept = [int(w) for w in r["decode_workers_sweep"]]
@@ -97,6 +98,15 @@ def test_cuda_on_a_machine_without_it_is_a_named_error(demo, capsys):
     assert not (demo / "cuda.json").exists()
 
 
+def test_an_unwritable_json_path_fails_before_measuring(demo, capsys):
+    blocker = demo / "a-file"
+    blocker.write_text("")
+    rc = bench_main(compose(_tiny(demo)), device="cpu", steps=1, json_path=str(blocker / "bench.json"))
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert f"--json {blocker / 'bench.json'}: cannot write there" in err
+
+
 def test_the_sweep_counts_double_up_to_the_cores():
     assert throughput.worker_counts(1) == [1]
     assert throughput.worker_counts(2) == [1, 2]
@@ -125,3 +135,19 @@ def test_sweep_verdicts_name_the_count_or_what_stopped_it():
     cut = throughput.Sweep({1: slow}, None, False, [2, 4]).verdict(memory)
     assert cut.startswith("undetermined") and "[2, 4]" in cut
     assert math.isclose(slow.steps_per_s / memory.steps_per_s, 0.5)
+
+
+
+def test_compiled_updates_must_follow_the_stock_ones():
+    """The comparison behind the `compiled_step` check (the compilation itself takes minutes on this CPU: run
+    `raystream bench --compile on` to see it pass)."""
+    from raystream.bench.trainee import CheckFailed
+
+    gen = torch.Generator().manual_seed(0)
+    before = [torch.randn(64, 8, generator=gen), 1.0 + torch.zeros(8)]
+    stock = [p - 1e-4 * torch.randn(p.shape, generator=gen) for p in before]
+    rounded = [s + 2 * torch.finfo(torch.float32).eps * s.abs() for s in stock]  # a few ulps off: agrees
+    assert checks.same_updates(before, stock, rounded).startswith("updates agree")
+    wrong = [stock[0], before[1] + 2 * (before[1] - stock[1])]  # the second moved the other way
+    with pytest.raises(CheckFailed, match="check `compiled_step` failed: .* parameter 1 differ"):
+        checks.same_updates(before, stock, wrong)

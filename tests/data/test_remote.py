@@ -249,3 +249,11 @@ def test_the_driver_names_a_missing_object_before_any_download(bucket, tmp_path)
     with pytest.raises(DataError, match=f"s3://{s3.bucket}/gone/v9.mp4: object not found in the store"):
         total_steps(cfg)
     assert not _downloads(tmp_path)  # v1 exists, but nothing is fetched once another video is missing
+
+
+def test_an_unreachable_store_is_named_with_the_key(monkeypatch):
+    from local_cloud import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    with pytest.raises(DataError, match=r"`data\.videos` = 's3://raystream/vids/': cannot list it .*AWS_ENDPOINT_URL"):
+        resolve_videos("s3://raystream/vids/")

@@ -151,7 +151,8 @@ class NodeCache:
                                                      "time": time.time()})
             return
         _remove(tmp)
-        raise DataError(f"{obj.uri}: download failed after {self.retries + 1} attempts "
+        tries = self.retries + 1
+        raise DataError(f"{obj.uri}: download failed after {tries} attempt{'s' if tries > 1 else ''} "
                         f"(data.download_retries = {self.retries}): {first_line(last) if last else 'unknown'}")
 
     # ------------------------------------------------------------------ the limit

@@ -5,7 +5,8 @@
 videos, one record per video: frame count, fps, frame size, and the version it was made from (size, modification
 time, ETag where the store gives one). A stream takes a video's record when the listed version matches it (same
 size and modification time) and otherwise probes the video, saying so; so with a current index no node downloads
-or decodes a video just to learn its length, the driver included.
+or decodes a video just to learn its length, the driver included. The node cache then checks each download against
+the record's ETag, so a video replaced after it was indexed is named instead of streamed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from raystream.data import remote
@@ -129,8 +131,8 @@ def _probe(todo: List[int], entries: Sequence[VideoEntry], data_cfg, cache,
     results: Dict[int, Tuple[Optional[VideoInfo], Optional[str]]] = {}
     for chunk in _chunks(todo, entries, cache):
         keep = [cache.path_of(entries[j].source) for j in chunk if entries[j].source is not None]
-        local = [VideoEntry(cache.fetch(entries[i].source, keep=keep), entries[i].label, entries[i].source)
-                 if entries[i].source is not None else entries[i] for i in chunk]
+        local = [_fetched(cache, entries[i], keep) if entries[i].source is not None else entries[i]
+                 for i in chunk]
         good, bad = probe_videos(local, str(data_cfg.decoder), float(data_cfg.decode_timeout_s), fps_override)
         by_path = {g.path: g for g in good}
         problems = dict(bad)
@@ -142,6 +144,12 @@ def _probe(todo: List[int], entries: Sequence[VideoEntry], data_cfg, cache,
                 results[i] = (VideoInfo(info.path, info.num_frames, info.fps, info.height, info.width, e.label,
                                         e.source), None)
     return results
+
+
+def _fetched(cache, entry: VideoEntry, keep: List[str]) -> VideoEntry:
+    """`entry` as the local file the cache holds, its source carrying the ETag the store gave for it."""
+    path = cache.fetch(entry.source, keep=keep)
+    return VideoEntry(path, entry.label, replace(entry.source, etag=cache.etag_of(entry.source)))
 
 
 def _chunks(todo: List[int], entries: Sequence[VideoEntry], cache) -> List[List[int]]:
@@ -172,9 +180,12 @@ def _from_record(record: dict, entry: VideoEntry, data_cfg) -> VideoInfo:
     from raystream.data.cache import NodeCache
 
     fps = float(data_cfg.fps) if data_cfg.fps else float(record["fps"])
-    path = NodeCache.from_config(data_cfg).path_of(entry.source) if entry.source is not None else entry.path
+    source = entry.source
+    if source is not None and record.get("etag"):  # the node cache checks the download against it
+        source = replace(source, etag=str(record["etag"]))
+    path = NodeCache.from_config(data_cfg).path_of(source) if source is not None else entry.path
     return VideoInfo(path, int(record["num_frames"]), fps, int(record["height"]), int(record["width"]),
-                     entry.label, entry.source)
+                     entry.label, source)
 
 
 def write_index(spec, data_cfg, key: str = "data.videos") -> Tuple[List[str], List[Tuple[str, str]]]:
@@ -203,7 +214,7 @@ def write_index(spec, data_cfg, key: str = "data.videos") -> Tuple[List[str], Li
         size, mtime_ns = _version(e)
         per_dir.setdefault(_parent(e.path), {})[_name(e.path)] = {
             "num_frames": info.num_frames, "fps": info.fps, "height": info.height, "width": info.width,
-            "size": size, "mtime_ns": mtime_ns, "etag": cache.etag_of(e.source) if e.source is not None else None}
+            "size": size, "mtime_ns": mtime_ns, "etag": info.source.etag if info.source is not None else None}
     written = []
     for directory, records in sorted(per_dir.items()):
         merged = {**read_index(directory, key), **records}

@@ -249,3 +249,28 @@ def test_the_driver_names_a_missing_object_before_any_download(bucket, tmp_path)
     with pytest.raises(DataError, match=f"s3://{s3.bucket}/gone/v9.mp4: object not found in the store"):
         total_steps(cfg)
     assert not _downloads(tmp_path)  # v1 exists, but nothing is fetched once another video is missing
+
+
+def test_an_unreachable_store_is_named_with_the_key(monkeypatch):
+    from local_cloud import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    with pytest.raises(DataError, match=r"`data\.videos` = 's3://raystream/vids/': cannot list it .*AWS_ENDPOINT_URL"):
+        resolve_videos("s3://raystream/vids/")
+
+
+def test_a_download_that_is_not_the_indexed_version_is_named(bucket, tmp_path):
+    from raystream.data.index import write_index
+
+    s3 = bucket["s3"]
+    for p in sorted(bucket["local"].glob("*.mp4")):
+        s3.client().upload_file(str(p), s3.bucket, f"tagged/{p.name}")
+    uri = f"s3://{s3.bucket}/tagged/"
+    write_index(uri, data_cfg(uri, cache_dir=str(tmp_path / "indexer")))
+    index = json.loads(s3.read("tagged/raystream-index.json"))
+    index["videos"]["v2.mp4"]["etag"] = "0123456789abcdef"  # as if v2 had been replaced by an object of equal size
+    s3.client().put_object(Bucket=s3.bucket, Key="tagged/raystream-index.json", Body=json.dumps(index).encode())
+    stream = build_stream(data_cfg(uri, cache_dir=str(tmp_path / "node"), download_retries=0), stream_cfg())
+    with pytest.raises(DataError, match=r"tagged/v2\.mp4: download failed after 1 attempt .*ETag"):
+        for _ in stream.batches():
+            pass

@@ -17,15 +17,15 @@ micro-batches of at most `micro_batch` clips whose losses are weighted by their 
 ranks' gradients are summed (all-reduce), so the figure is the single-process one. The standalone command is the
 same code at world size 1: its memory is one micro-batch's, whatever the global batch.
 
-Weights and buffers (DoRA's centre) are restored after every micro-batch, so every gradient is taken at the same
-point. Views and masks are functions of (seed, step, place), so the two orders see the same augmentations at each
+Buffers (DoRA's centre) are restored after every micro-batch and no optimizer step is taken, so every gradient is
+taken at the same point. Memory: rank 0 holds the 4 x N measured gradients in host memory (fp32: 16 x 4 bytes per
+parameter at N = 4, e.g. 19 GB for ViT-L); the device holds one micro-batch and one gradient. Views and masks are functions of (seed, step, place), so the two orders see the same augmentations at each
 step, and a micro-batch or shard sees what its places see in the whole batch. Pure torch on the data / models /
 optim packages (torch.distributed when world_size > 1): no Ray.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import sys
 from typing import Any, Dict, List, Optional
@@ -101,8 +101,8 @@ class _Shard:
 def _gradient(model: torch.nn.Module, params: List[torch.Tensor], state, shard: _Shard, step: int,
               device: Optional[torch.device], world_size: int, keep: bool) -> Optional[torch.Tensor]:
     """The flattened fp32 gradient of the loss on global batch `step` (zeros for parameters the loss does not
-    reach), summed over the ranks; on the CPU when `keep` (rank 0), else None. The model is reset to `state` after
-    every micro-batch. Raises ValueError on every rank alike when a rank's loss is not finite."""
+    reach), summed over the ranks; on the CPU when `keep` (rank 0), else None. The model's buffers are reset to
+    `state` after every micro-batch. Raises ValueError on every rank alike when a rank's loss is not finite."""
     for p in params:
         p.grad = None
     bad = math.nan
@@ -114,17 +114,28 @@ def _gradient(model: torch.nn.Module, params: List[torch.Tensor], state, shard: 
             bad = value
         # the mean loss of the global batch is the sum of its micro-batches' means weighted by their share
         (loss if n == shard.batch_size else loss * (n / shard.batch_size)).backward()
-        model.load_state_dict(state)
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1).float() for p in params]
-                     + [torch.tensor([0.0 if math.isnan(bad) else 1.0], device=params[0].device)])
-    for p in params:
-        p.grad = None
+        _restore(model, state)
+    flat = _flatten_grads(params)
+    flat[-1] = 0.0 if math.isnan(bad) else 1.0
     if world_size > 1:
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     if float(flat[-1]) > 0:
         where = f"is {bad}" if not math.isnan(bad) else "is not finite on another rank"
         raise ValueError(f"the loss at step {step} {where}: no gradient to correlate")
     return flat[:-1].cpu() if keep else None
+
+
+def _flatten_grads(params: List[torch.Tensor]) -> torch.Tensor:
+    """The parameters' gradients as one fp32 vector (zeros where None) with one spare element at the end; each
+    `.grad` is dropped as soon as it is copied, so the gradient is never held twice."""
+    flat = torch.zeros(sum(p.numel() for p in params) + 1, dtype=torch.float32, device=params[0].device)
+    at = 0
+    for p in params:
+        if p.grad is not None:
+            flat[at:at + p.numel()] = p.grad.reshape(-1)
+        p.grad = None
+        at += p.numel()
+    return flat
 
 
 def _order_gradients(model, params, state, shard: _Shard, stream_cfg, pairs: int, device, rank: int,
@@ -139,11 +150,30 @@ def _order_gradients(model, params, state, shard: _Shard, stream_cfg, pairs: int
     return {"grads": grads, "starts": starts, "steps_per_pass": shard.steps_per_pass}
 
 
-def _mean_pair_cosine(grads: List[torch.Tensor], mean: Optional[torch.Tensor]) -> float:
+def _buffers(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    """Copies of the model's buffers: what a forward pass may change (DoRA's centre); the parameters only change
+    in an optimizer step, which the measurement never takes, so they are not copied (one model's memory less)."""
+    return {name: b.detach().clone() for name, b in model.named_buffers()}
+
+
+def _restore(model: torch.nn.Module, buffers: Dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            b.copy_(buffers[name])
+
+
+def _mean(grads: List[torch.Tensor], chunk: int = 1 << 22) -> torch.Tensor:
+    """torch.stack(grads).mean(0), the same numbers, computed a slice of the parameters at a time so that no second
+    copy of all the gradients is made."""
+    out = torch.empty_like(grads[0])
+    for s in range(0, out.numel(), chunk):
+        out[s:s + chunk] = torch.stack([g[s:s + chunk] for g in grads]).mean(0)
+    return out
+
+
+def _mean_pair_cosine(grads: List[torch.Tensor]) -> float:
     cos = []
     for a, b in zip(grads[0::2], grads[1::2]):
-        if mean is not None:
-            a, b = a - mean, b - mean
         c = float(cosine(torch.dot(a, b), torch.dot(a, a), torch.dot(b, b)))
         if math.isfinite(c):
             cos.append(c)
@@ -162,7 +192,7 @@ def measure_model(model: torch.nn.Module, cfg, base_stream, *, steps: int, devic
     was_training = model.training
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    state = copy.deepcopy(model.state_dict())
+    state = _buffers(model)
     # decoded inline, one micro-batch at a time: the pairs jump through the stream
     data_cfg = OmegaConf.merge(cfg.data, {"prefetch": 0, "read_ahead": False})
     orders = {"sequential": cfg.stream, "shuffled": OmegaConf.merge(cfg.stream, {"order": "shuffled"})}
@@ -176,17 +206,17 @@ def measure_model(model: torch.nn.Module, cfg, base_stream, *, steps: int, devic
             finally:
                 shard.close()
     finally:
-        model.load_state_dict(state)
+        _restore(model, state)
         model.train(was_training)
     if rank != 0:
         return None
     pooled = [g for m in measured.values() for g in m["grads"]]
-    mean = torch.stack(pooled).mean(0)
-    out: Dict[str, Any] = {}
-    for key, m in measured.items():
-        out[key] = _mean_pair_cosine(m["grads"], mean)
-    for key, m in measured.items():
-        out[f"{key}_raw"] = _mean_pair_cosine(m["grads"], None)
+    raw = {f"{key}_raw": _mean_pair_cosine(m["grads"]) for key, m in measured.items()}
+    mean = _mean(pooled)
+    for g in pooled:  # in place: no second copy of the gradients
+        g.sub_(mean)
+    out: Dict[str, Any] = {key: _mean_pair_cosine(m["grads"]) for key, m in measured.items()}
+    out.update(raw)
     seq = measured["sequential"]
     shard_size = int(cfg.stream.batch_size) // world_size
     out.update(order=str(cfg.stream.order), pairs=len(seq["starts"]), steps=seq["starts"],

@@ -98,12 +98,18 @@ def _log_artifacts(client, run_id: str, cfg, checkpoint, log_model: bool) -> Non
         title = f"{cfg.trainer.run_name} ({cfg.optimizer.name}, {cfg.stream.order})"
         for f in grad_cosine_plots(history(client, run_id), tmp / names.ARTIFACT_PLOTS_DIR, title=title):
             retry(lambda f=f: client.log_artifact(run_id, str(f), names.ARTIFACT_PLOTS_DIR), "log plot")
-    if log_model and checkpoint is not None:
-        with checkpoint.as_directory() as cd:
+    if log_model and checkpoint is not None:  # only these two files come to the driver, not the optimizer state
+        import pyarrow.fs
+
+        with tempfile.TemporaryDirectory(prefix="raystream-model-") as d:
             for name in (ckpt_files.MODEL_FILE, ckpt_files.META_FILE):
-                if (Path(cd) / name).is_file():
-                    retry(lambda n=name: client.log_artifact(run_id, str(Path(cd) / n), names.ARTIFACT_CHECKPOINT_DIR),
-                          "log checkpoint")
+                src = f"{checkpoint.path}/{name}"
+                if checkpoint.filesystem.get_file_info(src).type != pyarrow.fs.FileType.File:
+                    continue
+                pyarrow.fs.copy_files(src, str(Path(d) / name), source_filesystem=checkpoint.filesystem,
+                                      destination_filesystem=pyarrow.fs.LocalFileSystem())
+                retry(lambda n=name: client.log_artifact(run_id, str(Path(d) / n), names.ARTIFACT_CHECKPOINT_DIR),
+                      "log checkpoint")
 
 
 def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[Sequence[Any]] = None,

@@ -122,6 +122,8 @@ def is_seed_key(key: str) -> bool:
 ARTIFACT_CONFIG = "config.yaml"
 ARTIFACT_PLOTS_DIR = "plots"
 ARTIFACT_CHECKPOINT_DIR = "checkpoint"
+ARTIFACT_SKIPPED_VIDEOS = "skipped_videos.json"  # data.on_bad_video=skip: [{"video", "reason"}] of the videos left out
+TAG_SKIPPED_VIDEOS = "raystream.skipped_videos"  # how many (the artifact lists which and why)
 
 
 def report_column(metric: str) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping, Optional
+from typing import List, Mapping, Optional, Tuple
 
 from raystream.config import ConfigError
 
@@ -95,18 +95,24 @@ def check_resources(trainer_cfg, resources: Mapping[str, float], where: str = "t
 
 def total_steps(cfg) -> int:
     """Steps this run trains: `trainer.max_steps` capped at the stream's global steps. Opens every video once."""
+    return stream_plan(cfg)[0]
+
+
+def stream_plan(cfg) -> Tuple[int, List[Tuple[str, str]]]:
+    """(`total_steps(cfg)`, the (video, reason) pairs `data.on_bad_video=skip` leaves out)."""
     from raystream.data import build_stream
 
     stream = build_stream(cfg.data, cfg.stream, rank=0, world_size=int(cfg.trainer.num_workers))
     try:
         available = int(stream.num_steps)
+        skipped = [(str(path), str(reason)) for path, reason in getattr(stream, "skipped", [])]
     finally:
         stream.close()
     wanted: Optional[int] = cfg.trainer.max_steps
     if wanted is not None and int(wanted) > available:
         print(f"raystream: trainer.max_steps = {wanted} but the stream has {available} global steps "
               f"({stream_summary(cfg)}): the run trains {available} steps", file=sys.stderr, flush=True)
-    return available if wanted is None else min(int(wanted), available)
+    return (available if wanted is None else min(int(wanted), available)), skipped
 
 
 def stream_summary(cfg) -> str:

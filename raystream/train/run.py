@@ -30,7 +30,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -43,7 +43,7 @@ from raystream.train import faults
 from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
 from raystream.train.divergence import DivergedError, raise_if_diverged
-from raystream.train.preflight import check_local_cpus, check_resources, total_steps
+from raystream.train.preflight import check_local_cpus, check_resources, stream_plan
 from raystream.train.ray_start import start_ray
 
 RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume
@@ -136,7 +136,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     cfg.trainer.run_name = name
     check(cfg)
     check_local_cpus(cfg.trainer)  # a local run: before Ray starts
-    total = total_steps(cfg)
+    total, skipped_videos = stream_plan(cfg)
     start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
     check_resources(cfg.trainer, cluster_capacity())  # what the cluster can grow to (autoscaler)
 
@@ -155,6 +155,8 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         if resume is not None and info.get("mlflow_run_id") and run_id != info["mlflow_run_id"]:
             _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
         _log_params(client, run_id, flatten(cfg))
+        if skipped_videos:  # data.on_bad_video=skip: which videos the run left out, and why
+            _log_skipped_videos(client, run_id, skipped_videos)
         run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
 
         tcfg = cfg.trainer
@@ -239,6 +241,13 @@ def _upload_unsent(path: str, run_id: str, uri: str) -> None:
             f"{first}): {count} metric values are saved in {path} and MLflow run {run_id} stays RUNNING. When the "
             f"store answers, write them and close the run with:\n  {unsent.UPLOAD_COMMAND} {shlex.quote(path)}"
         ) from None
+
+
+def _log_skipped_videos(client, run_id: str, skipped: List[Tuple[str, str]]) -> None:
+    """The videos `data.on_bad_video=skip` left out: their number as a tag, the list (video, reason) as an artifact."""
+    retry(lambda: client.set_tag(run_id, names.TAG_SKIPPED_VIDEOS, str(len(skipped))), "tag run")
+    retry(lambda: client.log_dict(run_id, [{"video": v, "reason": r} for v, r in skipped],
+                                  names.ARTIFACT_SKIPPED_VIDEOS), "log skipped videos")
 
 
 def _close_failed(client, run_id: str, exc: BaseException, interrupted: bool, signame: str = "SIGINT") -> None:

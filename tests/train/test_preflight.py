@@ -75,3 +75,34 @@ def test_a_local_run_asking_more_cpus_than_the_machine_fails_before_ray_starts(t
     assert out.stdout.split()[-2:] == ["2", "False"], out.stdout + out.stderr[-2000:]
     assert (f"`trainer.num_workers` = 1 (x `trainer.cpus_per_worker` = {want}) needs {want} CPUs but this machine "
             f"(local Ray) has {want - 1}") in out.stderr
+
+
+def test_skipped_videos_are_recorded_in_the_mlflow_run(tmp_path):
+    """`data.on_bad_video=skip`: the driver's stream plan lists which videos were left out and why, and the MLflow
+    run holds them (a tag with their number, `skipped_videos.json` with each video and reason)."""
+    import json
+    import warnings
+
+    from raystream.data.demo import ensure_demo_videos
+    from raystream.tracking import client as make_client
+    from raystream.tracking import names, start_run
+    from raystream.train.preflight import stream_plan
+    from raystream.train.run import _log_skipped_videos
+
+    good = [str(p) for p in ensure_demo_videos(compose([]).data.demo)]
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"not a video")
+    cfg = compose([f"data.videos=[{broken},{','.join(good)}]", "data.on_bad_video=skip", "eval.dataset=null"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        steps, skipped = stream_plan(cfg)
+    assert steps > 0 and [v for v, _ in skipped] == [str(broken)] and skipped[0][1]
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = make_client(uri)
+    run_id = start_run(client, experiment="skips", uri=uri, run_name="r")
+    _log_skipped_videos(client, run_id, skipped)
+    run = client.get_run(run_id)
+    assert run.data.tags[names.TAG_SKIPPED_VIDEOS] == "1"
+    listed = json.loads(open(client.download_artifacts(run_id, names.ARTIFACT_SKIPPED_VIDEOS, str(tmp_path))).read())
+    assert listed == [{"video": str(broken), "reason": skipped[0][1]}]

@@ -124,9 +124,10 @@ def main(cfg, *, device: Optional[str] = None, steps: int = 20, json_path: Optio
     except (DataError, ValueError, OSError) as exc:  # BenchError and a bad checkpoint (CheckpointError) included
         print(f"raystream bench: {exc}", file=sys.stderr)
         return 2
-    except CheckFailed as exc:
-        print(f"raystream bench: {exc}; stopped before timing", file=sys.stderr)
-        if json_path and getattr(exc, "result", None):
+    except CheckFailed as exc:  # a check before timing, or a step that stopped being finite while timed
+        before = getattr(exc, "result", None) is not None
+        print(f"raystream bench: {exc}; {'stopped before timing' if before else 'stopped'}", file=sys.stderr)
+        if json_path and before:
             report.write_json(exc.result, json_path)
         return 3
     print(report.table(result))

@@ -4,7 +4,7 @@ JSON keys: device, device_name, torch, date (UTC), overrides; the setting (scena
 batch_size per worker, global_batch_size, num_workers, frames_per_clip, resolution, bf16, torch_threads);
 steps, warmup; from_memory_steps_per_s, from_memory_clips_per_s, live_steps_per_s, live_clips_per_s,
 live_over_memory (live / from-memory), live_decode_workers (the configured count), from_memory_timed_steps and
-live_timed_steps (fewer than `steps` when the time budget ran out); decode_workers (the smallest
+live_timed_steps (fewer than `steps` when the time budget ran out); decode_workers (the smallest measured
 count reaching 0.9x of from-memory, null when none did), decode_bound, decode_workers_sweep
 {count: {steps_per_s, over_memory}}, decode_workers_not_measured, decode_verdict; optimizer_step_ms {label: ms},
 optimizer_configured, optimizer_step_skipped {label: why}; peak_memory_gb (GiB), peak_memory_bytes,

@@ -94,13 +94,14 @@ def worker_counts(cores: int) -> List[int]:
 @dataclass
 class Sweep:
     rates: Dict[int, Rate]  # decode_workers -> live rate, in the order measured
-    needed: Optional[int]  # the smallest count reaching TARGET x from-memory, None when none did
+    needed: Optional[int]  # the smallest measured count reaching TARGET x from-memory, None when none did
     decode_bound: bool  # every count up to the cores was measured and none reached TARGET
-    not_measured: List[int]  # counts the time budget left out
+    not_measured: List[int]  # counts below `needed` (or any, when none reached) the time budget left out
 
     def verdict(self, memory: Rate) -> str:
         if self.needed is not None:
-            return f"decode_workers={self.needed} reaches {TARGET}x of from-memory"
+            fewer = f"; fewer ({self.not_measured}) not measured: time budget" if self.not_measured else ""
+            return f"decode_workers={self.needed} reaches {TARGET}x of from-memory{fewer}"
         best = max(self.rates, key=lambda w: self.rates[w].steps_per_s) if self.rates else None
         best_text = (f"best {self.rates[best].steps_per_s / memory.steps_per_s:.2f}x with {best}"
                      if best is not None else "none measured")
@@ -114,11 +115,14 @@ def sweep_decode_workers(trainee: Trainee, memory: Rate, counts: List[int], warm
     """Live steps/s for each count of `counts` in turn until one reaches TARGET x `memory` (rates in `measured`
     are reused). A count is left out when the budget left is under 1.2x the longest live measurement so far."""
     rates: Dict[int, Rate] = {}
-    for i, w in enumerate(counts):
-        longest = max((r.seconds for r in [*measured.values(), *rates.values()]), default=0.0)
-        if w not in measured and budget.left() < 1.2 * longest:
-            return Sweep(rates, None, False, counts[i:])
+    skipped: List[int] = []
+    for w in counts:
+        if w not in measured:
+            longest = max(r.seconds for r in [*measured.values(), *rates.values()]) if measured or rates else 0.0
+            if budget.left() < 1.2 * longest:
+                skipped.append(w)
+                continue
         rates[w] = measured[w] if w in measured else live(trainee, warmup, steps, budget, w)
         if rates[w].steps_per_s >= TARGET * memory.steps_per_s:
-            return Sweep(rates, w, False, [])
-    return Sweep(rates, None, True, [])
+            return Sweep(rates, w, False, skipped)
+    return Sweep(rates, None, not skipped, skipped)

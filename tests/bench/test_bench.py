@@ -4,7 +4,6 @@ with each other), that the command imports neither Ray nor MLflow (it must run o
 that stop it: a check that fails (through the documented test hook), a CUDA device that is not there."""
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -58,7 +57,7 @@ def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
         assert s["over_memory"] == pytest.approx(s["steps_per_s"] / r["from_memory_steps_per_s"], rel=1e-12)
     if r["decode_workers"] is None:
         assert r["decode_bound"] or r["decode_workers_not_measured"], r
-    else:
+    else:  # the smallest measured count reaching 0.9x
         assert r["decode_workers"] in swept and not r["decode_bound"]
         reached = r["decode_workers_sweep"][str(r["decode_workers"])]["over_memory"]
         assert reached >= throughput.TARGET
@@ -134,7 +133,19 @@ def test_sweep_verdicts_name_the_count_or_what_stopped_it():
     assert bound.startswith("decode-bound") and "up to 2" in bound and "0.50x" in bound
     cut = throughput.Sweep({1: slow}, None, False, [2, 4]).verdict(memory)
     assert cut.startswith("undetermined") and "[2, 4]" in cut
-    assert math.isclose(slow.steps_per_s / memory.steps_per_s, 0.5)
+    fewer = throughput.Sweep({2: memory}, 2, False, [1]).verdict(memory)
+    assert fewer.startswith("decode_workers=2 reaches") and "fewer ([1]) not measured" in fewer
+
+
+def test_a_spent_budget_still_reports_the_configured_count(demo):
+    """With no time left the sweep measures nothing new, yet the count measured at the configured setting counts."""
+    memory = throughput.Rate(10.0, 20.0, 3, 1.0)
+    spent = Budget(0)
+    sweep = throughput.sweep_decode_workers(None, memory, [1, 2, 4], 0, 1, spent, {2: memory})
+    assert sweep.needed == 2 and sweep.not_measured == [1] and list(sweep.rates) == [2]
+    sweep = throughput.sweep_decode_workers(None, memory, [1, 2, 4], 0, 1, spent,
+                                            {2: throughput.Rate(5.0, 10.0, 3, 1.0)})
+    assert sweep.needed is None and not sweep.decode_bound and sweep.not_measured == [1, 4]
 
 
 

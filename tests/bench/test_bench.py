@@ -36,7 +36,7 @@ _RUN = ("import sys; from raystream.cli import main; rc = main(sys.argv[1:]); "
 def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
     out_json = demo / "out" / "bench.json"
     out = subprocess.run([sys.executable, "-c", _RUN, "bench", *_tiny(demo), "--device", "cpu", "--steps", "3",
-                          "--time-budget", "120", "--json", str(out_json)],
+                          "--time-budget", "300", "--json", str(out_json)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert "IMPORTED []" in out.stderr, out.stderr
@@ -71,7 +71,7 @@ def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
     assert r["peak_memory_gb"] > 0 and r["peak_memory_gb"] == pytest.approx(r["peak_memory_bytes"] / 2 ** 30)
     assert r["checks"]["device_stream"].startswith("passed") and r["checks"]["bf16_step"].startswith("passed")
     assert r["checks"]["compiled_step"].startswith("skipped: time budget")
-    assert 0 < r["elapsed_s"] and r["time_budget_s"] == 120
+    assert 0 < r["elapsed_s"] and r["time_budget_s"] == 300
 
 
 @pytest.mark.parametrize("check", ["device_stream", "bf16_step"])

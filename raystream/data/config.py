@@ -70,8 +70,8 @@ class DataConfig:
     # nothing decoded twice), so the frames decord queues ahead stay bounded by the GOP, not the video's length
     # (see backends.DecordReader); 0 = never (decord's memory then rises to an erratic, higher level)
     # videos from an object store (s3://, gs://; raystream/data/cache.py): each node downloads each video once
-    cache_dir: Optional[str] = None  # the node cache; None = $RAYSTREAM_CACHE_DIR/videos, else ~/.cache/raystream/
-    # videos, read on each node
+    # the node cache; None = $RAYSTREAM_CACHE_DIR/videos, else ~/.cache/raystream/videos, read on each node
+    cache_dir: Optional[str] = None
     cache_limit_gb: Optional[float] = None  # bound on the node cache's videos (None = no bound); passed videos go first
     prefetch_videos: int = 2  # videos fetched ahead of those the current step reads
     download_retries: int = 3  # retries of a failed download (with back-off) before a DataError naming the object

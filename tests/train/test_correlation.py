@@ -167,19 +167,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_gloo_ranks_give_the_single_process_figures(regime, tmp_path):
-    """Two processes in a gloo group, each with its shard of 2 clips in micro-batches of 1, sum their gradients."""
+def _two_gloo_ranks(overrides, steps: int, micro: int, tmp_path):
+    """The figures of two processes in a gloo group (tests/train/correlation_ranks.py), each on its shard."""
     out = tmp_path / "figures.json"
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
     script = str(Path(__file__).with_name("correlation_ranks.py"))
-    ranks = [subprocess.Popen([sys.executable, script, str(out), str(REGIME_STEPS), "1", *regime],
+    ranks = [subprocess.Popen([sys.executable, script, str(out), str(steps), str(micro), *overrides],
                               env={**env, "RANK": str(r)}, stderr=subprocess.PIPE, text=True) for r in range(2)]
     errors = [p.communicate(timeout=300)[1] for p in ranks]
     assert [p.returncode for p in ranks] == [0, 0], errors
     result = json.loads(out.read_text())
-    assert result["world_size"] == 2 and result["micro_batch"] == 1 and result["steps"] == [0, 30, 60]
+    assert result["world_size"] == 2 and result["micro_batch"] == micro
+    return result
+
+
+def test_two_gloo_ranks_give_the_single_process_figures(regime, tmp_path):
+    """Two processes in a gloo group, each with its shard of 2 clips in micro-batches of 1, sum their gradients."""
+    result = _two_gloo_ranks(regime, REGIME_STEPS, 1, tmp_path)
+    assert result["steps"] == [0, 30, 60]
     assert _figures(result) == pytest.approx(PINNED, abs=TOL)
+
+
+def test_two_gloo_ranks_on_dora(demo_dir, tmp_path):
+    """DoRA: augmentations by place, a centre buffer updated (and all-reduced) in every forward pass, restored."""
+    dora = ["scenario=dora", "data=walking_tour", "stream=dora", "stream.batch_size=4",
+            "data.demo.frames_per_video=300", f"data.demo.cache_dir={demo_dir / 'walking'}"]
+    single = correlation.measure(compose(dora), steps=2)
+    result = _two_gloo_ranks(dora, 2, 1, tmp_path)
+    assert result["steps"] == single["steps"]
+    assert _figures(result) == pytest.approx(_figures(single), abs=TOL)
 
 
 @pytest.mark.slow

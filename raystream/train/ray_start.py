@@ -5,10 +5,9 @@ whose node address is the loopback interface, so the GCS address and the node Ra
 dashboard keeps Ray's default host, 127.0.0.1. Ray turns `ray.init(_node_ip_address="127.0.0.1")` into the host's
 address; what it does honour is its single-machine mode, `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (the default on
 Windows and macOS), read when Ray is imported: `loopback_only()` sets it, and the CLI calls it before anything
-imports Ray. What Ray 2.60 does not let a
-caller bind: its gRPC servers (GCS, raylet, core workers) and the metrics agent's Prometheus endpoint listen on
-all interfaces whatever the node address (README, "Files and services"); run on a host whose firewall keeps
-those ports private.
+imports Ray. In that mode Ray's GCS, raylet, core workers and agents bind 127.0.0.1 too (without it, their gRPC
+servers listen on `::`); torch.distributed's store, which Ray does not place, is bound by
+`raystream/train/loopback.py` (README, "Files and services").
 
 Ray forwards every worker's output to the driver's terminal, raystream's progress lines among them, and with them
 lines of Ray's own machinery that tell a raystream user nothing (the `PlacementGroupCleaner`'s tracebacks when

@@ -47,9 +47,10 @@ from raystream.tracking import names, ui
 from raystream.tracking.names import (CELL_TAG, ERROR_TAG, GRID_TAG_PREFIX, ROLE_TAG, SAMPLE_TAG_PREFIX, SWEEP_RUN_TAG,
                                       SWEEP_TAG, TRIAL_TAG, TRIALS_ARTIFACT)
 from raystream.tracking.store import client as mlflow_client
-from raystream.tracking.store import experiment_id, prepare_store, retry, tracking_uri
+from raystream.tracking.store import experiment_id, failing_fast, prepare_store, retry, tracking_uri
 from raystream.train import faults
 from raystream.train import storage as results
+from raystream.train.run import TrackingUnavailable
 from raystream.train.run import fit as train_fit
 from raystream.tune.concurrency import trials_in_flight
 from raystream.tune.lock import SweepLock
@@ -222,8 +223,11 @@ def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[s
     try:
         final = info["fit"](cfg, run_name=run_name, callbacks=callbacks, mlflow_parent_run_id=info["parent_run_id"],
                             mlflow_tags=tags)
+    except TrackingUnavailable:
+        raise  # trained to the end: its run stays RUNNING until `raystream tracking upload` closes it
     except Exception as exc:
-        record_failed_trial(tracking_uri(cfg), info["parent_run_id"], run_name, tags, exc)
+        with failing_fast():  # the store may be what failed: no minutes of HTTP retries
+            record_failed_trial(tracking_uri(cfg), info["parent_run_id"], run_name, tags, exc)
         raise
     return {k: v for k, v in (final or {}).items() if isinstance(v, (int, float, str, bool))}
 

@@ -123,3 +123,39 @@ def _local(path):
     import pyarrow.fs
 
     return pyarrow.fs.LocalFileSystem(), str(path)
+
+
+@pytest.mark.slow
+def test_a_local_run_listens_on_loopback_only(tiny_overrides, workdir):
+    """`raystream train` with 2 workers on a local Ray (no RAY_ADDRESS): every TCP listener of the driver and of
+    every process below it (Ray's GCS, raylet, agents, the Train workers with torch.distributed's store and gloo's
+    sockets) is on the loopback interface; read from /proc while the run trains."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from listeners import descendants, is_loopback, listening
+
+    overrides = tiny_overrides("trainer.num_workers=2", "trainer.run_name=loopback")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
+    env["RAYSTREAM_STEP_DELAY_S"] = "0.5"
+    err = workdir["dir"] / "loopback.stderr"
+    seen = {}
+    with open(err, "w") as stderr:
+        driver = subprocess.Popen([sys.executable, "-m", "raystream.cli", "train", *overrides], env=env,
+                                  cwd=workdir["dir"], stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            deadline = time.time() + 400
+            while driver.poll() is None and time.time() < deadline:
+                for pid in descendants(driver.pid):
+                    for address, port in listening(pid):
+                        seen[(pid, address, port)] = True
+                time.sleep(0.5)
+            assert driver.wait(timeout=60) == 0, err.read_text()[-3000:]
+        finally:
+            driver.kill()
+            driver.wait()
+    assert len({pid for pid, _, _ in seen}) >= 4, seen  # GCS, raylet, the workers at least
+    outside = sorted(k for k in seen if not is_loopback(k[1]))
+    assert not outside, f"listeners off the loopback interface (pid, address, port): {outside}; all: {sorted(seen)}"

@@ -164,3 +164,19 @@ def test_rays_internal_noise_is_dropped_and_raystreams_lines_kept():
     assert without_ray_noise(mixed)["lines"] == ["a real error"]
     assert without_ray_noise({"pid": "raylet", "lines": [
         "WARNING: 8 PYTHON worker processes have been started on node ..."]}) is None
+    controller = {"actor_name": "TrainController", "pid": 3, "lines": [
+        "Failed to send resource request for TrainController-1. If this only happens transiently during network "
+        "partition or CPU being overloaded, it's safe to ignore this error.",
+        "Traceback (most recent call last):",
+        '  File "autoscaling_coordinator_client.py", line 58, in _send_resource_request',
+        "    ray.get(",
+        "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in f',
+        "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready.",
+        "",
+        "Training finished."]}
+    assert without_ray_noise(controller)["lines"] == ["", "Training finished."]

@@ -1,7 +1,7 @@
 """The `raystream` command. Positional arguments are Hydra overrides; flags belong to the subcommand.
 
     raystream train  [overrides] [--cfg job]
-    raystream sweep  [overrides] [--cfg job]
+    raystream sweep  [overrides] [--cfg job] [--verbose]
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
     raystream tracking upload FILE [--tracking-uri URI]   # metric values a tracking outage left unsent
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=help_)
         s.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. optimizer=adamw stream.batch_size=4")
         s.add_argument("--cfg", choices=["job"], help="print the composed config and exit")
+    sub.choices["sweep"].add_argument("--verbose", action="store_true",
+                                      help="Ray's and Tune's output on the terminal (else in the sweep's log file)")
 
     r = sub.add_parser("report", help="paper-style table and plots from MLflow")
     g = r.add_mutually_exclusive_group(required=True)
@@ -139,7 +141,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "sweep":  # run_sweep checks the tracking store and every cell before Ray starts
         from raystream.tune.sweep import main as sweep_main
 
-        return sweep_main(cfg, overrides=args.overrides)
+        return sweep_main(cfg, overrides=args.overrides, verbose=args.verbose)
     if args.command == "bench":
         from raystream.bench.main import main as bench_main
 

@@ -25,6 +25,7 @@ from raystream.tracking import names
 from raystream.tracking.store import retry
 
 UI_HOST, UI_PORT = "127.0.0.1", 5000  # where `mlflow ui` serves by default
+# One server process (MLflow starts 4): enough for one user, and it starts in seconds on a small machine.
 VIEW_ROLE_GROUP = {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": names.ROLE_TAG}]}
 
 
@@ -69,5 +70,6 @@ def open_lines(uri: str, experiment_id: str, run_name: str, trials: int) -> List
     if is_server(uri):
         return [f"Compare the {trials} trials in the MLflow UI:", f"  {url}"]
     return [f"Compare the {trials} trials in the MLflow UI: start it, then open the link:",
-            f"  {shlex.quote(mlflow_command())} ui --backend-store-uri {shlex.quote(uri)} --host {UI_HOST} --port {UI_PORT}",
+            f"  {shlex.quote(mlflow_command())} ui --backend-store-uri {shlex.quote(uri)} --host {UI_HOST} "
+            f"--port {UI_PORT} --workers 1",
             f"  {url}"]

@@ -52,6 +52,7 @@ from raystream.train import faults
 from raystream.train import storage as results
 from raystream.train.run import TrackingUnavailable
 from raystream.train.run import fit as train_fit
+from raystream.tune import console
 from raystream.tune.concurrency import trials_in_flight
 from raystream.tune.lock import SweepLock
 from raystream.tune.searcher import CELL_KEY
@@ -97,9 +98,16 @@ class SweepOutcome:
         return any(t.status == "unfinished" for t in self.trials)
 
 
-def main(cfg: DictConfig, overrides: Sequence[str] = ()) -> int:
-    """`raystream sweep [overrides]`: run the sweep, print the report table and the command that opens MLflow."""
-    outcome = run_sweep(cfg, overrides)
+def main(cfg: DictConfig, overrides: Sequence[str] = (), verbose: bool = False) -> int:
+    """`raystream sweep [overrides] [--verbose]`: run the sweep, print the report table and, last, how to open the
+    comparison of its trials in the MLflow UI."""
+    import ray
+
+    with console.QuietRay(enabled=not verbose) as quiet:
+        try:
+            outcome = run_sweep(cfg, overrides, verbose=int(verbose), quiet=quiet)
+        finally:
+            ray.shutdown()  # no worker output comes after the summary (in the log file when quiet)
     from raystream.tracking import report
 
     print()
@@ -120,9 +128,20 @@ def main(cfg: DictConfig, overrides: Sequence[str] = ()) -> int:
 
 
 def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[Callable] = None,
-              verbose: int = 1) -> SweepOutcome:
+              verbose: int = 0, quiet: Optional["console.QuietRay"] = None) -> SweepOutcome:
     """Plan, check, and run the sweep `cfg.sweep` to the end (or resume it). `fit` is the function each trial
-    calls: `raystream.train.run.fit`, or a callable with its signature (tests use a small stand-in)."""
+    calls: `raystream.train.run.fit`, or a callable with its signature (tests use a small stand-in).
+    `verbose` 0: one line per trial start and end and a few progress lines (`raystream.tune.console`), Ray's and
+    Tune's output in the sweep's log file (`quiet`, else one of its own); 1 or 2: Tune's own output at that
+    verbosity and Ray's, on the terminal."""
+    if quiet is not None:
+        return _run_sweep(cfg, overrides, fit, verbose, quiet)
+    with console.QuietRay(enabled=not verbose) as own:
+        return _run_sweep(cfg, overrides, fit, verbose, own)
+
+
+def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable], verbose: int,
+               quiet: "console.QuietRay") -> SweepOutcome:
     started = time.time()
     the_plan = plan(cfg, overrides)  # raises ConfigError before Ray starts
     uri = tracking_uri(cfg)  # absolute: trials run in other processes and directories
@@ -150,7 +169,12 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")  # trials keep the driver's working directory
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # eval/* arrive only in the final report
     quiet_optuna()
+    quiet.start(console.log_path(Path(path.path) if path.local else None, run_name))
+    if quiet.log is not None:
+        print(f"sweep {run_name}: {the_plan.num_trials} trials; Ray's and Tune's output: {quiet.log} "
+              "(--verbose shows it here)", file=console.terminal(), flush=True)
     start_ray()  # RAY_ADDRESS when set, else a local cluster
+    quiet.route_worker_output()
 
     experiment = cfg.mlflow.experiment
     parent = _parent_run(uri, experiment, run_name, cfg, the_plan, meta)
@@ -169,6 +193,7 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
     # The driver waits on its Train run: no CPU, a little memory (Ray needs a non-empty request).
     trainable = tune.with_resources(trainable, {"CPU": 0, "memory": DRIVER_MEMORY})
     resumed = tune.Tuner.can_restore(path.uri)
+    progress = [console.SweepConsole([c.values for c in the_plan.cells], list(the_plan.sample))] if not verbose else []
     if resumed:
         tuner = tune.Tuner.restore(path.uri, trainable=trainable, resume_unfinished=True, resume_errored=False,
                                    restart_errored=False)
@@ -176,7 +201,7 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
         tuner = tune.Tuner(trainable, tune_config=_tune_config(cfg, the_plan),
                            run_config=tune.RunConfig(name=run_name, storage_path=storage.child("sweeps").uri,
                                                      failure_config=tune.FailureConfig(max_failures=0),
-                                                     callbacks=[ReleaseStoppedTrials()],
+                                                     callbacks=[ReleaseStoppedTrials(), *progress],
                                                      sync_config=tune.SyncConfig(sync_period=SYNC_PERIOD_S),
                                                      verbose=verbose))
     client = mlflow_client(uri)
@@ -229,7 +254,10 @@ def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[s
         with failing_fast():  # the store may be what failed: no minutes of HTTP retries
             record_failed_trial(tracking_uri(cfg), info["parent_run_id"], run_name, tags, exc)
         raise
-    return {k: v for k, v in (final or {}).items() if isinstance(v, (int, float, str, bool))}
+    # `step` (0-based, beside `steps_done`) and `lr` (the schedule's value after the last step, not the one the
+    # progress lines average) read wrong in a results table: left out of the trial's result.
+    return {k: v for k, v in (final or {}).items() if isinstance(v, (int, float, str, bool)) and
+            k not in ("step", names.LR)}
 
 
 def trial_tags(info: Dict[str, Any], cell: int, trial_id: str, sampled: Dict[str, Any]) -> Dict[str, str]:

@@ -41,6 +41,17 @@ def uri_of(scheme: str, fs_path: str) -> str:
     return f"{scheme}://{fs_path.lstrip('/')}"
 
 
+def path_in_store(uri: str) -> str:
+    """bucket/key of an object `uri`, as `filesystem_of` gives it (without opening a filesystem)."""
+    return uri.partition("://")[2].partition("?")[0].lstrip("/")
+
+
+def bucket_uri(uri: str) -> str:
+    """`scheme://bucket` of `uri` (with its query options): the URIs of one filesystem."""
+    head, sep, query = uri.partition("?")
+    return f"{head.partition('://')[0]}://{path_in_store(head).split('/', 1)[0]}{sep}{query}"
+
+
 def first_line(exc: BaseException) -> str:
     """`Type: first line of the message` of an exception from a filesystem (their messages run to many lines)."""
     text = str(exc).strip().splitlines()

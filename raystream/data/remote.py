@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 from raystream.data.errors import DataError
-from raystream.uris import UriError, filesystem_of, first_line, uri_of
-
-MANIFEST_SUFFIXES = (".txt", ".csv", ".lst", ".list")
-
+from raystream.uris import UriError, bucket_uri, filesystem_of, first_line, path_in_store, uri_of
 
 @dataclass(frozen=True)
 class RemoteObject:
@@ -79,20 +76,18 @@ def stat_objects(uris: Sequence[str], key: str) -> Dict[str, Optional[RemoteObje
     """Each URI's object (size, mtime), or None where no object has that key."""
     import pyarrow.fs as pafs
 
-    out: Dict[str, Optional[RemoteObject]] = {}
-    by_fs: Dict[Tuple[str, str], List[Tuple[str, str]]] = {}
+    out: Dict[str, Optional[RemoteObject]] = {u: None for u in uris}
+    by_bucket: Dict[str, List[str]] = {}  # one filesystem (one region lookup) per bucket, not one per object
     for u in uris:
-        fs, path = open_uri(u, key)
-        by_fs.setdefault((u.partition("://")[0], type(fs).__name__), []).append((u, path))
-        out[u] = None
-    for (scheme, _), items in by_fs.items():
-        fs, _ = open_uri(items[0][0], key)
+        by_bucket.setdefault(bucket_uri(u), []).append(u)
+    for bucket, items in by_bucket.items():
+        fs, _ = open_uri(items[0], key)
         try:
-            infos = fs.get_file_info([p for _, p in items])
+            infos = fs.get_file_info([path_in_store(u) for u in items])
         except Exception as exc:  # noqa: BLE001 - the store's own error, named with the first object
-            raise DataError(f"`{key}`: cannot reach {items[0][0]!r} ({first_line(exc)}); check the credentials, "
+            raise DataError(f"`{key}`: cannot reach {items[0]!r} ({first_line(exc)}); check the credentials, "
                             "AWS_ENDPOINT_URL / the network and the bucket name") from None
-        for (u, _), info in zip(items, infos):
+        for u, info in zip(items, infos):
             if info.type == pafs.FileType.File:
                 out[u] = RemoteObject(u, int(info.size), info.mtime_ns)
     return out

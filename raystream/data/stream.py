@@ -22,6 +22,7 @@ import threading
 import time
 import warnings
 from concurrent.futures import Future
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -346,9 +347,10 @@ class ClipStream:
 
     def _local(self, v: int):
         """Video `v` on this node's disk while the block opens it (a no-op for local files)."""
-        fetcher = self._fetcher or VideoPrefetcher(self.cache, [x.source for x in self.videos], iter(()),
-                                                   0, self._step, [x.path for x in self.videos])
-        return fetcher.local(v)
+        if self._fetcher is not None:
+            return self._fetcher.local(v)
+        source = self.videos[v].source  # outside batches(): no steps yet, so nothing to keep or pass first
+        return self.cache.opened(source) if source is not None and self.cache is not None else nullcontext()
 
     def _first_uses(self, start: int) -> Iterator[Tuple[int, int]]:
         """(step, video) for each video this rank reads from `start` on, at the first step that reads it."""

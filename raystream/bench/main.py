@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime
 import gc
-import os
 import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
 
@@ -49,10 +48,6 @@ def compile_decision(mode: str, opt_cfg, device: torch.device, budget: Budget) -
     return True, ""
 
 
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def _setting(cfg, trainee: Trainee, device: torch.device, overrides: Sequence[str]) -> Dict[str, Any]:
     return {
         "device": device.type, "device_name": device_name(device), "torch": torch.__version__,
@@ -69,7 +64,7 @@ def _setting(cfg, trainee: Trainee, device: torch.device, overrides: Sequence[st
 def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: float = 480.0, compile: str = "auto",
         overrides: Sequence[str] = ()) -> Dict[str, Any]:
     """Measure; the result dict (report.py lists its keys). Raises BenchError, DataError, CheckFailed."""
-    from raystream.data.workers import default_decode_workers
+    from raystream.data.workers import available_cores, default_decode_workers
 
     budget = Budget(time_budget)
     dev = resolve_device(device)
@@ -101,7 +96,7 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
         skipped[label(OmegaConf.merge(cfg.optimizer, {"compile": True}))] = why_not
     result.update(optimizer_step_ms=ms, optimizer_configured=label(cfg.optimizer), optimizer_step_skipped=skipped)
 
-    sweep = throughput.sweep_decode_workers(trainee, memory, throughput.worker_counts(_cores()), WARMUP, steps,
+    sweep = throughput.sweep_decode_workers(trainee, memory, throughput.worker_counts(available_cores()), WARMUP, steps,
                                             budget, {configured: live})
     result.update(decode_workers=sweep.needed, decode_bound=sweep.decode_bound,
                   decode_workers_sweep={str(w): {"steps_per_s": r.steps_per_s,

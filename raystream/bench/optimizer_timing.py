@@ -18,7 +18,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.optim import Optimizer
 
-from raystream.bench.trainee import Budget
+from raystream.bench.trainee import Budget, sync
 
 COMPILED_PROJECTIONS = ("global", "per_tensor")
 
@@ -68,11 +68,6 @@ def builders(opt_cfg, with_compiled: bool) -> Dict[str, Callable[[List[dict]], O
     return out
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def step_ms(make: Callable[[List[dict]], Optimizer], groups: List[dict], warmup: int, steps: int,
             budget: Budget) -> float:
     """Median milliseconds of one `step()` of the optimizer `make` builds on a copy of `groups`."""
@@ -83,10 +78,10 @@ def step_ms(make: Callable[[List[dict]], Optimizer], groups: List[dict], warmup:
         opt.step()
     times: List[float] = []
     for _ in range(steps):
-        _sync(device)
+        sync(device)
         t0 = time.perf_counter()
         opt.step()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - t0)
         if budget.left() <= 0:
             break

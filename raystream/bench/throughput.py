@@ -17,9 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional
 
-import torch
-
-from raystream.bench.trainee import BenchError, Budget, Trainee, build_device_stream
+from raystream.bench.trainee import BenchError, Budget, Trainee, build_device_stream, sync
 
 HELD = 4  # batches kept on the device for the from-memory steps
 TARGET = 0.9  # live / from-memory a decode-worker count must reach
@@ -33,11 +31,6 @@ class Rate:
     seconds: float  # the whole measurement, stream start-up and warm-up included
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def timed_steps(trainee: Trainee, batches: Iterable, warmup: int, steps: int, budget: Budget) -> Rate:
     """`warmup` untimed then up to `steps` timed training steps on `batches`."""
     began = time.perf_counter()
@@ -45,7 +38,7 @@ def timed_steps(trainee: Trainee, batches: Iterable, warmup: int, steps: int, bu
     done, t0 = 0, None
     for i in range(warmup + steps):
         if i == warmup:
-            _sync(trainee.device)
+            sync(trainee.device)
             t0 = time.perf_counter()
         try:
             batch = next(source)
@@ -56,7 +49,7 @@ def timed_steps(trainee: Trainee, batches: Iterable, warmup: int, steps: int, bu
             done += 1
             if budget.left() <= 0:
                 break
-    _sync(trainee.device)
+    sync(trainee.device)
     seconds = time.perf_counter() - t0
     rate = done / seconds
     return Rate(rate, rate * trainee.batch_size, done, time.perf_counter() - began)

@@ -60,13 +60,18 @@ def resolve_device(name) -> torch.device:
     return device
 
 
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously; a CPU step has finished when it returns)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    import os
+    from raystream.data.workers import available_cores
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"CPU, {cores} cores, {torch.get_num_threads()} torch thread(s)"
+    return f"CPU, {available_cores()} cores, {torch.get_num_threads()} torch thread(s)"
 
 
 @dataclass

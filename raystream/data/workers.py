@@ -29,10 +29,15 @@ from raystream.data.plan import Job
 _CHUNK = 64  # frames per reader call
 
 
+def available_cores() -> int:
+    """The CPUs this process may run on (its affinity where the OS tells it, else all of the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def default_decode_workers() -> int:
     """What this process's CPUs allow: the CPUs it may run on, capped by OMP_NUM_THREADS when that is set (Ray sets
     it to the CPUs it gave the worker), at most 8."""
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = available_cores()
     omp = os.environ.get("OMP_NUM_THREADS", "")
     if omp.isdigit() and int(omp) > 0:
         n = min(n, int(omp))

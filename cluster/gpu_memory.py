@@ -87,11 +87,15 @@ def measured_peaks(paths: Sequence[str]) -> Dict[Tuple, float]:
     files measured on CUDA (CPU runs are left out: their peak is the process's RSS)."""
     out = {}
     for path in paths:
-        with open(path) as f:
-            r = json.load(f)
-        if r.get("device") == "cuda" and "peak_memory_gb" in r:
-            out[(r["scenario"], r["backbone"], r["resolution"], r["frames_per_clip"], r["batch_size"])] = \
-                float(r["peak_memory_gb"])
+        try:
+            with open(path) as f:
+                r = json.load(f)
+            if r.get("device") == "cuda" and "peak_memory_gb" in r:
+                out[(r["scenario"], r["backbone"], r["resolution"], r["frames_per_clip"], r["batch_size"])] = \
+                    float(r["peak_memory_gb"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise SystemExit(f"--measured {path}: not a `raystream bench --json` output "
+                             f"({type(exc).__name__}: {exc})") from None
     return out
 
 

@@ -5,6 +5,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 GPU_MEMORY = Path(__file__).resolve().parents[2] / "cluster" / "gpu_memory.py"
 
 
@@ -32,6 +34,13 @@ def test_measured_cells_are_marked_and_counted(tmp_path, capsys):
     cells = [c.strip() for c in row.strip("|").split("|")][-2:]
     assert cells[0].endswith(" / 0.8 measured") and "measured" not in cells[1], row
     assert "measured by raystream bench: 1 of 2 cells" in out
+
+
+def test_a_file_that_is_not_a_bench_output_is_named(tmp_path):
+    bad = tmp_path / "notes.json"
+    bad.write_text('{"device": "cuda", "peak_memory_gb": 1.0}')  # no scenario, preset, ...: not from raystream bench
+    with pytest.raises(SystemExit, match=r"--measured .*notes\.json: not a `raystream bench --json` output"):
+        _module().measured_peaks([str(bad)])
 
 
 def test_without_bench_outputs_every_cell_is_an_estimate(capsys):

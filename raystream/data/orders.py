@@ -97,11 +97,14 @@ class Order:
         return videos, ids - self.offsets[videos]
 
     def _permutation(self, epoch: int) -> np.ndarray:
-        if epoch not in self._perms:
-            if len(self._perms) >= 2:
-                self._perms.pop(next(iter(self._perms)))
-            self._perms[epoch] = np.random.default_rng([self.seed, epoch]).permutation(self.total_clips)
-        return self._perms[epoch]
+        """Epoch `epoch`'s permutation, the last two kept. Safe from two threads at once (a stream's batches and
+        its prefetcher, data/prefetch.py): the cache is replaced whole, never changed in place."""
+        perm = self._perms.get(epoch)
+        if perm is None:
+            perm = np.random.default_rng([self.seed, epoch]).permutation(self.total_clips)
+            last = list(self._perms.items())[-1:]
+            self._perms = {**dict(last), epoch: perm}
+        return perm
 
 
 def _slot_schedule(counts: np.ndarray, batch_size: int) -> Tuple[int, List[Tuple[np.ndarray, np.ndarray]]]:

@@ -95,12 +95,16 @@ class NodeCache:
         path = self.path_of(obj)
         if self.is_fresh(obj):
             return path
-        with _locked(path + ".lock", fcntl.LOCK_EX):
-            if self.is_fresh(obj):  # another worker of this node fetched it while we waited
-                return path
-            if self.limit_bytes is not None:
-                self._make_room(obj.size, set(keep) | {path}, list(passed))
-            self._download(obj, path)
+        try:
+            with _locked(path + ".lock", fcntl.LOCK_EX):
+                if self.is_fresh(obj):  # another worker of this node fetched it while we waited
+                    return path
+                if self.limit_bytes is not None:
+                    self._make_room(obj.size, path, set(keep), list(passed))
+                self._download(obj, path)
+        except OSError as exc:  # the node's disk, not the store: a cache directory not writable, full or gone
+            raise DataError(f"{obj.uri}: cannot keep it in the node cache {self.root} ({first_line(exc)}); "
+                            "data.cache_dir must be a writable local directory with room for the videos") from None
         return path
 
     @contextlib.contextmanager
@@ -160,9 +164,13 @@ class NodeCache:
         """The cached videos under the root (those with a meta file)."""
         return [Path(str(m)[:-len(_META)]) for m in self.root.rglob("*" + _META)]
 
-    def _make_room(self, need: int, keep: Set[str], passed: List[str]) -> None:
+    def _make_room(self, need: int, replacing: str, keep: Set[str], passed: List[str]) -> None:
+        """Evict until `need` more bytes fit; `replacing`'s old copy (a changed object) is not counted: the
+        download replaces it."""
         files = []
         for p in self.cached():
+            if str(p) == replacing:
+                continue
             try:
                 files.append((p, p.stat().st_size, p.stat().st_mtime))
             except OSError:

@@ -81,7 +81,7 @@ def describe_videos(entries: Sequence[VideoEntry], data_cfg, key: str) -> Tuple[
     results: Dict[int, Tuple[Optional[VideoInfo], Optional[str]]] = {}
     to_probe: List[int] = []
     stale: List[str] = []
-    cache = None
+    cache = NodeCache.from_config(data_cfg)  # where this node keeps (or will keep) the videos of a store
     for i, e in enumerate(entries):
         version = _version(e)
         if is_uri(e.path) and version is None:
@@ -92,7 +92,7 @@ def describe_videos(entries: Sequence[VideoEntry], data_cfg, key: str) -> Tuple[
             continue
         record = indexes[_parent(e.path)].get(_name(e.path))
         if record is not None and version is not None and _matches(record, version):
-            results[i] = (_from_record(record, e, data_cfg), None)
+            results[i] = (_from_record(record, e, data_cfg, cache), None)
             continue
         if record is not None:
             stale.append(e.path)
@@ -110,7 +110,6 @@ def describe_videos(entries: Sequence[VideoEntry], data_cfg, key: str) -> Tuple[
             warnings.warn(f"`{key}`: {unindexed} video(s) in the object store have no {INDEX_NAME} record: this node "
                           f"downloads them to count their frames; run `raystream data index` on "
                           f"{_parent(entries[remote_probe[0]].path)} once to skip this", stacklevel=3)
-        cache = NodeCache.from_config(data_cfg)
     results.update(_probe(to_probe, entries, data_cfg, cache, data_cfg.fps))
     out_good: List[VideoInfo] = []
     out_bad: List[Tuple[str, str]] = []
@@ -176,14 +175,12 @@ def _matches(record: dict, version: Tuple[int, Optional[int]]) -> bool:
     return mtime_ns is None or record.get("mtime_ns") is None or record["mtime_ns"] == mtime_ns
 
 
-def _from_record(record: dict, entry: VideoEntry, data_cfg) -> VideoInfo:
-    from raystream.data.cache import NodeCache
-
+def _from_record(record: dict, entry: VideoEntry, data_cfg, cache) -> VideoInfo:
     fps = float(data_cfg.fps) if data_cfg.fps else float(record["fps"])
     source = entry.source
     if source is not None and record.get("etag"):  # the node cache checks the download against it
         source = replace(source, etag=str(record["etag"]))
-    path = NodeCache.from_config(data_cfg).path_of(source) if source is not None else entry.path
+    path = cache.path_of(source) if source is not None else entry.path
     return VideoInfo(path, int(record["num_frames"]), fps, int(record["height"]), int(record["width"]),
                      entry.label, source)
 

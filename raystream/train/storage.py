@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from raystream.config import ConfigError
-from raystream.uris import UriError, filesystem_of, first_line, is_uri
+from raystream.uris import UriError, filesystem_of, first_line, is_uri, uri_of
 
 DEFAULT = "raystream_results"  # relative to the driver's working directory
 KEY = "trainer.storage_path"
@@ -60,7 +60,7 @@ class Storage:
         """A path inside this filesystem (what Ray's `Result.path` / `Checkpoint.path` hold) as a URI."""
         if fs_path is None or self.local or "://" in fs_path:
             return fs_path
-        return f"{self.uri.partition('://')[0]}://{fs_path.lstrip('/')}"
+        return uri_of(self.uri.partition("://")[0], fs_path)
 
     def read_json(self, name: str) -> Optional[Dict[str, Any]]:
         """The JSON file `name` here, or None when it is missing or unreadable."""

@@ -31,20 +31,13 @@ def bucket(tmp_path_factory):
     local = root / "local"
     local.mkdir()
     paths = [write_block_video(local / f"v{vid}.mp4", vid, n, w, h, gop) for vid, n, w, h, gop in BLOCK_VIDEOS]
-    with local_s3(root) as s3:
-        saved = {k: os.environ.get(k) for k in s3.env}
-        os.environ.update(s3.env)
-        try:
-            client = s3.client()
-            for p in paths:
-                client.upload_file(str(p), s3.bucket, f"vids/{p.name}")
-            yield {"s3": s3, "local": local, "uri": f"s3://{s3.bucket}/vids/", "root": root}
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+    with local_s3(root) as s3, pytest.MonkeyPatch.context() as env:  # the store's env, restored afterwards
+        for k, v in s3.env.items():
+            env.setenv(k, v)
+        client = s3.client()
+        for p in paths:
+            client.upload_file(str(p), s3.bucket, f"vids/{p.name}")
+        yield {"s3": s3, "local": local, "uri": f"s3://{s3.bucket}/vids/", "root": root}
 
 
 def _downloads(cache_dir: Path) -> list:
@@ -113,6 +106,25 @@ def test_a_failing_download_is_retried_then_names_the_object(bucket, tmp_path):
     assert [p.name for p in tmp_path.rglob("*.mp4*")] == ["v1.mp4.lock"]  # nothing half-written left behind
 
 
+def test_a_cache_dir_that_cannot_be_written_names_the_object_and_the_key(bucket, tmp_path):
+    obj = stat_objects([bucket["uri"] + "v1.mp4"], "k")[bucket["uri"] + "v1.mp4"]
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")  # a file where the cache directory should be
+    with pytest.raises(DataError, match=r"v1\.mp4: cannot keep it in the node cache .*data\.cache_dir"):
+        NodeCache(str(blocker)).fetch(obj)
+
+
+def test_objects_of_two_buckets_in_one_list_are_each_found(bucket):
+    s3 = bucket["s3"]
+    s3.client().create_bucket(Bucket="second")
+    s3.client().upload_file(str(bucket["local"] / "v2.mp4"), "second", "x/v2.mp4")
+    first, other, gone = bucket["uri"] + "v1.mp4", "s3://second/x/v2.mp4", "s3://second/x/nope.mp4"
+    found = stat_objects([first, other, gone], "k")
+    assert found[first].size == (bucket["local"] / "v1.mp4").stat().st_size
+    assert found[other].size == (bucket["local"] / "v2.mp4").stat().st_size
+    assert found[gone] is None
+
+
 def test_the_cache_limit_evicts_passed_videos_first_and_never_a_kept_one(bucket, tmp_path):
     objs = stat_objects([f"{bucket['uri']}v{i}.mp4" for i in (1, 2, 3, 4)], "k")
     v1, v2, v3, v4 = (objs[f"{bucket['uri']}v{i}.mp4"] for i in (1, 2, 3, 4))
@@ -123,6 +135,20 @@ def test_the_cache_limit_evicts_passed_videos_first_and_never_a_kept_one(bucket,
     with pytest.warns(UserWarning, match="data.cache_limit_gb"):  # all kept: over the limit rather than evict
         cache.fetch(v4, keep=[p1, cache.path_of(v3)])
     assert all(os.path.exists(cache.path_of(o)) for o in (v1, v3, v4))
+
+
+def test_a_changed_object_is_fetched_again_within_the_limit_its_old_copy_held(bucket, tmp_path):
+    s3, local = bucket["s3"], bucket["local"]
+    uri = f"s3://{s3.bucket}/replaced/v.mp4"
+    s3.client().upload_file(str(local / "v1.mp4"), s3.bucket, "replaced/v.mp4")
+    limit = max((local / "v1.mp4").stat().st_size, (local / "v3.mp4").stat().st_size) + 10
+    cache = NodeCache(str(tmp_path), limit_bytes=limit)
+    path = cache.fetch(stat_objects([uri], "k")[uri])
+    s3.client().upload_file(str(local / "v3.mp4"), s3.bucket, "replaced/v.mp4")  # a new version
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the old copy is replaced, not counted against the limit
+        cache.fetch(stat_objects([uri], "k")[uri])
+    assert Path(path).read_bytes() == (local / "v3.mp4").read_bytes()
 
 
 def test_a_stream_under_a_tight_cache_limit_is_still_exact(bucket, tmp_path):

@@ -5,6 +5,8 @@
              DDP, the optimizer over the model's two param groups (`raystream.optim.param_groups`), the schedules;
     restore  (`restore`)       the newest checkpoint (Ray Train's, or the newer complete one the driver found on
              storage): model, optimizer, the previous gradient of `grad_cos_prev`, RNG, stream position, sums;
+    measure  (`measure_correlation`) on a fresh run only, before step 0: the stream correlation at the initial
+             weights, each rank on its shard and device, summed over ranks; rank 0 logs it at step 0;
     step     (`train_step`)    for every global step t (its pure-torch pieces: step.py, shared with `raystream bench`):
 
         schedules of step t (lr, weight decay) -> forward (bf16 autocast when `trainer.bf16` asks for it)

@@ -58,13 +58,13 @@ def test_report_of_a_missing_experiment_leaves_no_store_behind(tmp_path):
 
 
 def test_make_clean_removes_every_file_raystream_writes_in_the_working_directory(tmp_path):
-    """The README's "Files and services" list: mlflow.db, mlruns/, raystream_results/, reports/."""
+    """The README's "Files and services" list: mlflow.db, mlruns/, raystream_results/, reports/ (and pip's egg-info)."""
     import shutil
     from pathlib import Path
 
     makefile = Path(__file__).resolve().parents[1] / "Makefile"
     written = ["mlflow.db", ".mlflow.db.1.2.tmp", "mlruns/0/meta.yaml", "raystream_results/run/x.json",
-               "reports/smoke/report.md"]
+               "reports/smoke/report.md", "raystream.egg-info/PKG-INFO"]
     for rel in written:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("x")

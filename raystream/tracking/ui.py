@@ -42,10 +42,16 @@ def view_state(run_name: str, columns: Sequence[str]) -> Dict[str, Any]:
 
 
 def write_view(client, experiment_id: str, run_name: str, columns: Sequence[str]) -> None:
-    """Save the comparison view of sweep `run_name` on its experiment (written again when the columns change)."""
+    """Save the comparison view of sweep `run_name` on its experiment (written again when the columns change). A
+    store that refuses it costs the view, not the sweep: the link then opens the experiment's runs (MLflow says
+    the share key does not exist)."""
     state = json.dumps(view_state(run_name, columns))
-    retry(lambda: client.set_experiment_tag(experiment_id, names.SHARED_VIEW_TAG_PREFIX + run_name, state),
-          "tag experiment")
+    try:
+        retry(lambda: client.set_experiment_tag(experiment_id, names.SHARED_VIEW_TAG_PREFIX + run_name, state),
+              "tag experiment")
+    except Exception as exc:
+        print(f"raystream: could not save the MLflow UI view of {run_name}: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
 
 
 def is_server(uri: str) -> bool:

@@ -31,6 +31,7 @@ from raystream.tune.searcher import CELL_KEY
 
 PROGRESS_EVERY_S = 10.0  # at most one progress line per trial this often
 SHOWN_METRICS = ("steps_done", names.LOSS)  # a progress line; a finished trial adds its eval/* metrics
+ERROR_CHARS = 300
 PRINTER = "ray_print_logs"  # the name of the dispatcher handler ray.init installs (removed by ray.shutdown)
 _terminal: Optional[TextIO] = None  # while a QuietRay is started: the stdout it replaced, where progress goes
 
@@ -81,13 +82,17 @@ class SweepConsole(tune.Callback):
         self.say(trial, "finished: " + metrics_text(result, evals))
 
     def on_trial_error(self, iteration: int, trials: List, trial, **info) -> None:
-        from raystream.tune.sweep import error_text
+        self.say(trial, "failed" + (f": {reason}" if (reason := error_reason(trial)) else ""))
 
-        try:
-            error = trial.get_pickled_error()
-        except Exception:  # an unreadable error file: the reason is in the log and in the summary
-            error = None
-        self.say(trial, "failed" + (f": {error_text(error)}" if error is not None else ""))
+
+def error_reason(trial) -> str:
+    """The last line of the error Tune wrote for `trial` (Ray wraps the trial's error; its last line is the
+    cause), "" when there is none to read."""
+    try:
+        text = Path(trial.error_file).read_text() if trial.error_file else ""
+    except OSError:
+        return ""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")[:ERROR_CHARS]
 
 
 def metrics_text(result: Dict[str, Any], extra: Optional[Dict[str, Any]] = None) -> str:

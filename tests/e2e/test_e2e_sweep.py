@@ -96,6 +96,8 @@ def _parent(sweep):
 def test_interrupted_sweep_resumes_without_redoing_finished_trials(sweep):
     out = sweep["out"]
     assert sweep["rc1"] == 130, (sweep["tmp"] / "phase1.log").read_text()[-3000:]
+    phase1 = (sweep["tmp"] / "phase1.log").read_text()
+    assert "run the same command again" in phase1 and "Tuner.restore" not in phase1  # one resume hint
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "(resumed)" in out.stdout
     assert "2 trials finished, 2 failed" in out.stdout
@@ -126,6 +128,8 @@ def test_mlflow_parent_and_child_runs(sweep):
     assert "sweep/smoke.yaml" in {a.path for a in client.list_artifacts(parent.info.run_id, "sweep")}
     children = [r for r in _children(client, parent.info.run_id) if r.info.status == "FINISHED"]
     assert sorted(r.data.tags["raystream.grid.optimizer.name"] for r in children) == ["adamw", "orthogonal_adamw"]
+    assert sorted(r.info.run_name for r in children) == ["adamw-videomae", "orth_adamw-videomae"]
+    assert "- `scenario`: videomae, broken" in tags["mlflow.note.content"]
     for child in children:
         assert child.data.params["stream.order"] == "shuffled"
         assert child.data.params["optimizer.name"] == child.data.tags["raystream.grid.optimizer.name"]
@@ -142,6 +146,12 @@ def test_report_table_printed_written_and_logged(sweep):
     assert any(line.startswith("| adamw | videomae | 1 |") for line in lines)
     assert any(line.startswith("| orthogonal_adamw | broken | 0 (1 failed) |") for line in lines)
     assert f"mlflow ui --backend-store-uri sqlite:///{tmp / 'mlflow.db'}" in out.stdout
+    # The last line opens the comparison; Tune's boxed tables and Ray's lines are in the log file, not here.
+    assert lines[-1].strip().endswith(f"/runs?viewStateShareKey={parent.info.run_name}"), lines[-5:]
+    assert "╭" not in out.stdout and "Trial status" not in out.stdout and "INFO" not in out.stdout
+    assert len(lines) < 50, out.stdout
+    log = next(line for line in lines if "Ray's and Tune's output: " in line).split("output: ")[1].split(" (")[0]
+    assert "RayTrainWorker" in Path(log).read_text()  # the workers' output
     report_dir = tmp / "reports" / parent.info.run_name
     assert (report_dir / "report.md").read_text().count("\n| ") == 5
     assert (report_dir / "report.csv").exists() and (report_dir / "grad_cos_hist.png").exists()

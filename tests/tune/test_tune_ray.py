@@ -109,7 +109,7 @@ max_concurrent_trials: 1
 
 
 def test_a_trial_failing_before_its_train_run_is_a_failed_child_run(local_ray, sweeps_dir, mlflow_uri, tmp_path,
-                                                                   monkeypatch):
+                                                                   monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     sweeps_dir("tiny_fail", FAILING)
     cfg = compose(["sweep=tiny_fail"])
@@ -127,4 +127,15 @@ def test_a_trial_failing_before_its_train_run_is_a_failed_child_run(local_ray, s
     assert run.data.tags["raystream.grid.optimizer.name"] == "sgd"
     assert run.data.tags["raystream.trial_id"] == failed.trial_id
     assert "cannot start: optimizer.name = sgd" in run.data.tags["raystream.error"]
+    assert run.info.run_name == "sgd" and by_status["FINISHED"].info.run_name == "adamw"  # named by grid values
     assert client.get_run(outcome.parent_run_id).info.status == "FINISHED"
+
+    # The terminal: a line per trial start and end, by name; Tune's tables only in the sweep's log file.
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert any(" sgd " in line and "failed: ValueError: cannot start" in line for line in lines), out
+    assert any(" adamw " in line and "finished: " in line for line in lines), out
+    assert "╭" not in out and "Trial status" not in out and "Tuner.restore" not in out
+    log = tmp_path / "raystream_results" / "sweeps" / outcome.run_name / "sweep.log"
+    assert any(f"Ray's and Tune's output: {log}" in line for line in lines)
+    assert "Configuration for experiment" in log.read_text()  # Tune's header, printed whatever its verbosity

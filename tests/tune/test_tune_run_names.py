@@ -98,3 +98,8 @@ def test_the_last_line_is_the_link_and_the_command_names_the_store_absolutely():
     server = ui.open_lines("https://mlflow.example.org/", "7", "smoke-ab12", 4)
     assert server[-1] == "  https://mlflow.example.org/#/experiments/7/runs?viewStateShareKey=smoke-ab12"
     assert not any(" ui " in line for line in server)
+
+
+def test_a_store_refusing_the_view_costs_the_view_not_the_sweep(store, capsys):
+    ui.write_view(MlflowClient(store), "999999", "smoke-x", ["metrics.`loss`"])  # no such experiment
+    assert "could not save the MLflow UI view of smoke-x" in capsys.readouterr().err

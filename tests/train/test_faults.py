@@ -88,9 +88,9 @@ def test_sigterm_ends_the_run_killed_with_the_cause(ray_cluster, tiny_overrides,
     import signal
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
+    from cli_driver import wait_for
     from raystream.tracking import client as make_client
     from raystream.train import checkpoint
 
@@ -102,11 +102,7 @@ def test_sigterm_ends_the_run_killed_with_the_cause(ray_cluster, tiny_overrides,
         driver = subprocess.Popen([sys.executable, "-m", "raystream.cli", "train", *overrides], env=env,
                                   cwd=workdir["dir"], stdout=subprocess.DEVNULL, stderr=stderr)
         try:
-            deadline = time.time() + 200
-            while not list(run_dir.glob("checkpoint_0*")):
-                assert driver.poll() is None, f"driver exited early with {driver.returncode}: {err.read_text()}"
-                assert time.time() < deadline, "no checkpoint within 200 s"
-                time.sleep(0.2)
+            wait_for(driver, err, lambda: list(run_dir.glob("checkpoint_0*")), 200, "no checkpoint", poll_s=0.2)
             driver.send_signal(signal.SIGTERM)
             assert driver.wait(timeout=120) == 143, err.read_text()[-3000:]
         finally:

@@ -3,7 +3,7 @@
     raystream train  [overrides] [--cfg job]
     raystream sweep  [overrides] [--cfg job] [--verbose]
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
-    raystream tracking upload FILE [--tracking-uri URI]   # metric values a tracking outage left unsent
+    raystream tracking upload FILE [--tracking-uri URI]   # what a tracking outage left unsent
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
     raystream data make-demo [overrides]
     raystream data correlation [overrides] [--checkpoint PATH] [--steps N] [--device D] [--micro-batch M]
@@ -63,8 +63,9 @@ def _parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("tracking", help="MLflow records a tracking outage left behind")
     tsub = t.add_subparsers(dest="tracking_command", required=True)
-    u = tsub.add_parser("upload", help="write a run's unsent_metrics.jsonl into its MLflow run and close the run")
-    u.add_argument("file", help="the unsent_metrics.jsonl path or URI the run printed")
+    u = tsub.add_parser("upload", help="write what a tracking outage left (a run's unsent_metrics.jsonl, a sweep's "
+                        "unsent_tracking.jsonl) into MLflow and close the runs")
+    u.add_argument("file", help="the unsent file (path or URI) the run or sweep printed")
     u.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the one in the file)")
 
     d = sub.add_parser("data", help="demo videos and stream inspection")

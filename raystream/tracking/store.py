@@ -19,7 +19,7 @@ import random
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, TypeVar
+from typing import Any, Callable, Dict, Optional, Sequence, TypeVar
 
 import raystream.tracking.names as names
 
@@ -237,3 +237,21 @@ def start_run(mlflow_client, *, experiment: str, uri: str, run_name: str, parent
 
 def end_run(mlflow_client, run_id: str, status: str = "FINISHED") -> None:
     retry(lambda: mlflow_client.set_terminated(run_id, status=status), "end run")
+
+
+def end_child_runs(mlflow_client, parent_run_id: str, cause: str, trials: Sequence[str] = (),
+                   attempts: int = 8) -> None:
+    """The child runs of `parent_run_id` still RUNNING, and those of the sweep's `trials` (ids; an interrupted trial's
+    run may have ended FAILED with its killed actor's error), end KILLED with `cause` in `raystream.error`."""
+    exp_id = retry(lambda: mlflow_client.get_run(parent_run_id), "get parent run", attempts).info.experiment_id
+    of_parent = f"tags.`{names.PARENT_RUN_TAG}` = '{parent_run_id}'"
+    runs = {r.info.run_id for r in retry(lambda: mlflow_client.search_runs(
+        [exp_id], filter_string=f"{of_parent} and attributes.status = 'RUNNING'"), "find running trials", attempts)}
+    for trial_id in trials:
+        runs.update(r.info.run_id for r in retry(lambda t=trial_id: mlflow_client.search_runs(
+            [exp_id], filter_string=f"{of_parent} and tags.`{names.TRIAL_TAG}` = '{t}'"), "find stopped trial",
+            attempts))
+    for run_id in sorted(runs):
+        retry(lambda r=run_id: mlflow_client.set_tag(r, names.ERROR_TAG, cause), "tag interrupted trial run",
+              attempts)
+        retry(lambda r=run_id: mlflow_client.set_terminated(r, "KILLED"), "end interrupted trial run", attempts)

@@ -18,7 +18,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 from urllib.parse import quote
 
 from raystream.tracking import names
@@ -41,14 +41,18 @@ def view_state(run_name: str, columns: Sequence[str]) -> Dict[str, Any]:
             "selectedColumns": list(columns), "groupBy": VIEW_ROLE_GROUP}
 
 
+def view_tag(run_name: str, columns: Sequence[str]) -> Tuple[str, str]:
+    """The experiment tag (name, value) that saves sweep `run_name`'s view."""
+    return names.SHARED_VIEW_TAG_PREFIX + run_name, json.dumps(view_state(run_name, columns))
+
+
 def write_view(client, experiment_id: str, run_name: str, columns: Sequence[str]) -> None:
     """Save the comparison view of sweep `run_name` on its experiment (written again when the columns change). A
     store that refuses it costs the view, not the sweep: the link then opens the experiment's runs (MLflow says
     the share key does not exist)."""
-    state = json.dumps(view_state(run_name, columns))
+    key, state = view_tag(run_name, columns)
     try:
-        retry(lambda: client.set_experiment_tag(experiment_id, names.SHARED_VIEW_TAG_PREFIX + run_name, state),
-              "tag experiment")
+        retry(lambda: client.set_experiment_tag(experiment_id, key, state), "tag experiment")
     except Exception as exc:
         print(f"raystream: could not save the MLflow UI view of {run_name}: {type(exc).__name__}: {exc}",
               file=sys.stderr)

@@ -1,11 +1,21 @@
-"""Metric values a run could not write to MLflow (the tracking store did not answer), saved beside its checkpoints,
-and uploading them once the store answers again: `raystream tracking upload <file>`.
+"""What a run could not write to MLflow (the tracking store did not answer), saved beside its checkpoints, and
+uploading it once the store answers again: `raystream tracking upload <file>`.
 
-The file (`unsent_metrics.jsonl` in the run directory: a local path or a bucket URI) is JSON lines: a header
-`{"mlflow_run_id", "tracking_uri", "end_status"}` (`end_status` set by the driver when the run ended during the
-outage: the upload then closes the MLflow run with it), then one `{"key", "value", "step", "timestamp"}` per value,
-in the order the run logged them. Uploading is idempotent: values at or below the step MLflow already holds for
-their metric are skipped, so an upload cut short can be run again.
+The file is JSON lines: a header, then one `{"key", "value", "step", "timestamp"}` per metric value, in the order the
+run logged them. A training run's file is `unsent_metrics.jsonl` in its run directory (a local path or a bucket URI);
+a sweep's is `unsent_tracking.jsonl` in the sweep's directory, holding what the sweep writes to its parent run as it
+ends. The header names the run (`mlflow_run_id`, `tracking_uri`) and may hold what else is to be written, in this
+order:
+- `also`: other unsent files (the trials' of a sweep), uploaded first;
+- the metric values (lines after the header);
+- `tags` (name -> value), `artifacts` (artifact file name -> JSON content), `experiment_tags` (experiment id ->
+  name -> value);
+- `end_children` (`{"cause", "trials"}`): the parent's child runs still RUNNING, and those of `trials`, end KILLED
+  with `cause` in `raystream.error` (a sweep interrupted during the outage);
+- `end_status` (and `end_time`, epoch ms): the run is closed so (set by the driver when the run ended during the
+  outage).
+Uploading is idempotent: values at or below the step MLflow already holds for their metric are skipped, and the rest
+is set again, so an upload cut short can be run again.
 """
 
 from __future__ import annotations
@@ -15,13 +25,15 @@ import os
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 FILE_NAME = "unsent_metrics.jsonl"
+SWEEP_FILE_NAME = "unsent_tracking.jsonl"
 UPLOAD_COMMAND = "raystream tracking upload"
 MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
+RETRIES = 4  # tries of each write (sqlite "database is locked"); a store that is away fails in about a second
 
 
-def path_in(run_dir: str) -> str:
-    """The unsent-metrics file of run directory `run_dir` (a local path or a URI)."""
-    return f"{run_dir.rstrip('/')}/{FILE_NAME}"
+def path_in(run_dir: str, name: str = FILE_NAME) -> str:
+    """The unsent file `name` of directory `run_dir` (a local path or a URI)."""
+    return f"{run_dir.rstrip('/')}/{name}"
 
 
 def _fs(where: str):
@@ -117,19 +129,42 @@ def send(client, run_id: str, metrics: List[Any]) -> int:
     return len(todo)
 
 
+def apply(client, header: Dict[str, Any], metrics: List[Any], tracking_uri: Optional[str] = None) -> int:
+    """Write into MLflow what `header` and `metrics` hold (the module's docstring says what, in which order);
+    `tracking_uri` overrides the one the `also` files name. Returns the metric values written."""
+    from mlflow.entities import RunTag
+
+    from raystream.tracking.store import end_child_runs, retry
+
+    run_id = header["mlflow_run_id"]
+    written = sum(upload(other, tracking_uri)[0] for other in header.get("also") or [] if exists(other))
+    written += send(client, run_id, metrics)
+    tags = [RunTag(k, str(v)) for k, v in (header.get("tags") or {}).items()]
+    if tags:
+        retry(lambda: client.log_batch(run_id, tags=tags), "tag run", attempts=RETRIES)
+    for name, content in (header.get("artifacts") or {}).items():
+        retry(lambda n=name, c=content: client.log_dict(run_id, c, n), "log artifact", attempts=RETRIES)
+    for exp_id, exp_tags in (header.get("experiment_tags") or {}).items():
+        for k, v in exp_tags.items():
+            retry(lambda e=exp_id, k=k, v=v: client.set_experiment_tag(e, k, v), "tag experiment", attempts=RETRIES)
+    if header.get("end_children"):
+        end_child_runs(client, run_id, **header["end_children"], attempts=RETRIES)
+    if header.get("end_status"):
+        retry(lambda: client.set_terminated(run_id, status=header["end_status"], end_time=header.get("end_time")),
+              "end run", attempts=RETRIES)
+    return written
+
+
 def upload(where: str, tracking_uri: Optional[str] = None) -> Tuple[int, Dict[str, Any]]:
-    """Upload the file `where` into its MLflow run (at `tracking_uri`, else the one it names), close the run with its
-    `end_status` when set, and remove the file. Returns (values written, header). Raises FileNotFoundError."""
+    """Upload the file `where` into its MLflow run (at `tracking_uri`, else the one it names), closing the run when
+    it says so, and remove the file. Returns (metric values written, header). Raises FileNotFoundError."""
     from raystream.tracking.store import client as make_client
 
     found = read(where)
     if found is None:
-        raise FileNotFoundError(f"no unsent-metrics file at {where}")
+        raise FileNotFoundError(f"no unsent file at {where}")
     header, metrics = found
-    client = make_client(tracking_uri or header["tracking_uri"])
-    written = send(client, header["mlflow_run_id"], metrics)
-    if header.get("end_status"):
-        client.set_terminated(header["mlflow_run_id"], status=header["end_status"])
+    written = apply(make_client(tracking_uri or header["tracking_uri"]), header, metrics, tracking_uri)
     remove(where)
     return written, header
 
@@ -138,8 +173,11 @@ def main(file: str, tracking_uri: Optional[str] = None) -> int:
     """`raystream tracking upload FILE [--tracking-uri URI]`: exit 0 when uploaded, 1 when the store still fails."""
     import sys
 
+    from raystream.tracking.store import failing_fast
+
     try:
-        written, header = upload(file, tracking_uri)
+        with failing_fast():  # a store still away: one refused connection per write, not minutes of retries
+            written, header = upload(file, tracking_uri)
     except FileNotFoundError as exc:
         print(f"raystream tracking upload: {exc}", file=sys.stderr)
         return 2
@@ -150,6 +188,7 @@ def main(file: str, tracking_uri: Optional[str] = None) -> int:
               file=sys.stderr)
         return 1
     closed = f", run closed as {header['end_status']}" if header.get("end_status") else ""
+    also = f" (and the {len(header['also'])} files it names)" if header.get("also") else ""
     print(f"raystream tracking upload: {written} metric values written to MLflow run {header['mlflow_run_id']} at "
-          f"{tracking_uri or header['tracking_uri']}{closed}; removed {file}")
+          f"{tracking_uri or header['tracking_uri']}{closed}; removed {file}{also}")
     return 0

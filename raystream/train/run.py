@@ -60,8 +60,16 @@ class Interrupted(KeyboardInterrupt):
 
 
 class TrackingUnavailable(RuntimeError):
-    """Training ended but the MLflow tracking store did not take every metric value: they are saved beside the
-    checkpoints, and the message holds the command that uploads them."""
+    """Training ended but the MLflow tracking store did not take every metric value: they are saved in `path`
+    (beside the checkpoints), and the message holds the command that uploads them. `final`: what `fit` would have
+    returned."""
+
+    def __init__(self, message: str, path: str = "", final: Optional[Dict[str, Any]] = None):
+        super().__init__(message)
+        self.path, self.final = path, dict(final or {})
+
+    def __reduce__(self):
+        return type(self), (str(self), self.path, self.final)
 
 
 def default_run_name(cfg) -> str:
@@ -189,18 +197,20 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         kept = {Path(c.path).name for c, _ in result.best_checkpoints or []}
         if result.checkpoint is not None:
             kept.add(Path(result.checkpoint.path).name)
+        final = dict(result.return_value or result.metrics or {})
+        final.update(mlflow_run_id=run_id, run_name=name, run_dir=storage.uri_of(str(result.path)),
+                     checkpoint_path=storage.uri_of(result.checkpoint.path) if result.checkpoint is not None
+                     else None)
         try:
-            _upload_unsent(unsent.path_in(run_dir.uri), run_id, uri)
-        except TrackingUnavailable:
+            upload_unsent(unsent.path_in(run_dir.uri), run_id, uri)
+        except TrackingUnavailable as exc:
             ckpt_files.prune(fs, run_dir.path, kept)
+            exc.final = final
             raise
         retry(lambda: client.set_tag(run_id, names.TAG_STATUS, "finished"), "tag run")
         _log_artifacts(client, run_id, cfg, result.checkpoint, bool(tcfg.log_checkpoint_artifact))
         ckpt_files.prune(fs, run_dir.path, kept)
         end_run(client, run_id, status="FINISHED")
-    final = dict(result.return_value or result.metrics or {})
-    final.update(mlflow_run_id=run_id, run_name=name, run_dir=storage.uri_of(str(result.path)),
-                 checkpoint_path=storage.uri_of(result.checkpoint.path) if result.checkpoint is not None else None)
     return final
 
 
@@ -226,7 +236,7 @@ def _closed_on_failure(client, run_id: str, name: str) -> Iterator[Dict[str, str
             raise
 
 
-def _upload_unsent(path: str, run_id: str, uri: str) -> None:
+def upload_unsent(path: str, run_id: str, uri: str) -> None:
     """Write the metric values the workers could not (`path`, left by the last attempt during an outage) into the
     MLflow run; when the store still does not answer, raise TrackingUnavailable naming the file and the command."""
     if not unsent.exists(path):
@@ -240,8 +250,8 @@ def _upload_unsent(path: str, run_id: str, uri: str) -> None:
         raise TrackingUnavailable(
             f"training finished, but the MLflow tracking store at {uri} does not answer ({type(exc).__name__}: "
             f"{first}): {count} metric values are saved in {path} and MLflow run {run_id} stays RUNNING. When the "
-            f"store answers, write them and close the run with:\n  {unsent.UPLOAD_COMMAND} {shlex.quote(path)}"
-        ) from None
+            f"store answers, write them and close the run with:\n  {unsent.UPLOAD_COMMAND} {shlex.quote(path)}",
+            path) from None
 
 
 def _log_skipped_videos(client, run_id: str, skipped: List[Tuple[str, str]]) -> None:

@@ -27,12 +27,18 @@ stay failed. The MLflow parent run id is kept beside the experiment, so the same
 Ctrl+C ends the parent run and the child runs of the interrupted trials as KILLED. The parent's duration in MLflow
 is the time the sweep ran: its end time is its start time plus the seconds of every session (tag
 `raystream.active_seconds`), so the pause between an interrupt and the resume is not counted.
+
+A tracking outage: a trial that trains to the end while the store does not answer is finished, its metric values in
+its run directory's unsent file; when the store is still away as the sweep ends, what the sweep writes to its parent
+run is saved with them (`ParentClose`), the sweep exits 1 naming `raystream tracking upload <file>`, and a resume
+writes it first.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -43,7 +49,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from raystream.config import ConfigError, config_dir
-from raystream.tracking import names, ui
+from raystream.tracking import names, ui, unsent
 from raystream.tracking.names import (CELL_TAG, ERROR_TAG, GRID_TAG_PREFIX, ROLE_TAG, SAMPLE_TAG_PREFIX, SWEEP_RUN_TAG,
                                       SWEEP_TAG, TRIAL_TAG, TRIALS_ARTIFACT)
 from raystream.tracking.store import client as mlflow_client
@@ -64,6 +70,7 @@ DRIVER_MEMORY = 200 * 1024 ** 2  # bytes reserved by each trial's driver (the fu
 # 5 minutes of finished trials when the driver dies (a resumed sweep would run them again).
 SYNC_PERIOD_S = 15
 ERROR_CHARS = 500
+UNSENT_RESULT_KEY = "unsent_metrics"  # in a trial's result: the file its metric values wait in (tracking outage)
 
 
 @dataclass
@@ -74,6 +81,7 @@ class TrialOutcome:
     status: str  # finished (incl. stopped early by ASHA) | failed | unfinished (interrupted: resume to run it)
     error: Optional[str] = None
     metrics: Dict[str, Any] = field(default_factory=dict)
+    unsent: Optional[str] = None  # trained to the end during a tracking outage: its unsent-metrics file
 
 
 @dataclass
@@ -87,6 +95,8 @@ class SweepOutcome:
     trials: List[TrialOutcome]
     seconds: float
     experiment_id: str = ""
+    unsent: Optional[str] = None  # the tracking store did not answer at the end: what it did not take is saved here
+    tracking_error: str = ""
 
     @property
     def failed(self) -> List[TrialOutcome]:
@@ -108,6 +118,12 @@ def main(cfg: DictConfig, overrides: Sequence[str] = (), verbose: bool = False) 
             outcome = run_sweep(cfg, overrides, verbose=int(verbose), quiet=quiet)
         finally:
             ray.shutdown()  # no worker output comes after the summary (in the log file when quiet)
+    return summary(outcome)
+
+
+def summary(outcome: SweepOutcome) -> int:
+    """Print how the sweep ended (the report table, then the MLflow UI lines; or what to run when the tracking store
+    did not answer) and return the exit code: 0, 1 (every trial failed, or records left unsent), 130 (interrupted)."""
     from raystream.tracking import report
 
     print()
@@ -120,11 +136,24 @@ def main(cfg: DictConfig, overrides: Sequence[str] = (), verbose: bool = False) 
     for t in outcome.failed:
         print(f"  failed trial {t.trial_id} {t.cell}: {t.error}")
     print()
+    if outcome.unsent:
+        print(unsent_message(outcome), file=sys.stderr, flush=True)
+        return 1
     report.main(parent=outcome.parent_run_id, tracking_uri=outcome.tracking_uri)
     print()
     print("\n".join(ui.open_lines(outcome.tracking_uri, outcome.experiment_id, outcome.run_name,
                                   len(outcome.trials))), flush=True)
     return 0 if len(outcome.failed) < len(outcome.trials) else 1
+
+
+def unsent_message(outcome: SweepOutcome) -> str:
+    """What a sweep that ended during a tracking outage says: what is saved where, and the one command to run."""
+    trials = [t for t in outcome.trials if t.unsent]
+    held = f" and the metric values of {len(trials)} trials" if trials else ""
+    return (f"sweep {outcome.run_name}: the MLflow tracking store at {outcome.tracking_uri} does not answer "
+            f"({outcome.tracking_error}): the sweep's end{held} are saved in {outcome.unsent}; MLflow parent run "
+            f"{outcome.parent_run_id} stays RUNNING. When the store answers, write them and close the runs with:\n"
+            f"  {unsent.UPLOAD_COMMAND} {shlex.quote(outcome.unsent)}")
 
 
 def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[Callable] = None,
@@ -177,12 +206,16 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
     quiet.route_worker_output()
 
     experiment = cfg.mlflow.experiment
+    upload_last_session(path, uri)  # what the store did not take when this sweep last ended, before it goes on
     parent = _parent_run(uri, experiment, run_name, cfg, the_plan, meta)
+    client = mlflow_client(uri)
+    parent_info = retry(lambda: client.get_run(parent), "get parent run").info  # read now: the store may fail later
     session_start = time.time()
     meta = {"parent_run_id": parent, "fingerprint": the_plan.fingerprint(), "tracking_uri": uri,
             "experiment": experiment, "sweep": the_plan.name, "active_s": float((meta or {}).get("active_s", 0.0))
             if meta and meta.get("parent_run_id") == parent else 0.0}
     path.write_json(META_FILE, meta)
+    closing = ParentClose(client, uri, parent_info, run_name, path, meta, session_start)
 
     trainable = tune.with_parameters(
         trial_main,
@@ -204,28 +237,31 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
                                                      callbacks=[ReleaseStoppedTrials(), *progress],
                                                      sync_config=tune.SyncConfig(sync_period=SYNC_PERIOD_S),
                                                      verbose=verbose))
-    client = mlflow_client(uri)
     received: Dict[str, str] = {}  # SIGTERM stops the sweep as Ctrl-C does
     try:
-        with faults.sigterm_as_sigint(received):
-            grid = tuner.fit()
-    except BaseException:
-        _end_parent(client, parent, "KILLED", path, meta, session_start, received.get("signal", "SIGINT"))
+        try:
+            with faults.sigterm_as_sigint(received):
+                grid = tuner.fit()
+        except BaseException:
+            error = closing.end("KILLED", received.get("signal", "SIGINT"))
+            if error:
+                print(f"raystream: sweep {run_name} interrupted, and the MLflow tracking store at {uri} does not "
+                      f"answer ({error}): the end of the session is saved in {closing.saved}, and written when the "
+                      f"sweep resumes (or by `{unsent.UPLOAD_COMMAND} {shlex.quote(closing.saved)}`)",
+                      file=sys.stderr, flush=True)
+            raise
+        saved = _saved_trials(path.uri)
+        trials = [_outcome(r, the_plan, saved) for r in grid]
+        evals = sorted({k for t in trials for k in t.metrics if k.startswith(names.EVAL_PREFIX)})
+        status = ("KILLED" if any(t.status == "unfinished" for t in trials) else
+                  "FINISHED" if any(t.status == "finished" for t in trials) else "FAILED")
+        error = closing.end(status, received.get("signal", "SIGINT"), trials=trials,
+                            view=view_columns(the_plan, [str(cfg.sweep.metric), *evals]))
+    finally:
         lock.release()
-        raise
-    saved = _saved_trials(path.uri)
-    trials = [_outcome(r, the_plan, saved) for r in grid]
-    _finish_parent(client, parent, trials)
-    exp_id = retry(lambda: client.get_run(parent), "get parent run").info.experiment_id
-    evals = sorted({k for t in trials for k in t.metrics if k.startswith(names.EVAL_PREFIX)})
-    ui.write_view(client, exp_id, run_name, view_columns(the_plan, [str(cfg.sweep.metric), *evals]))
-    _end_parent(client, parent, "KILLED" if any(t.status == "unfinished" for t in trials) else
-                "FINISHED" if any(t.status == "finished" for t in trials) else "FAILED", path, meta, session_start,
-                received.get("signal", "SIGINT"), stopped=[t.trial_id for t in trials if t.status == "unfinished"])
-    lock.release()
     return SweepOutcome(run_name=run_name, path=path.uri, parent_run_id=parent, tracking_uri=uri,
                         experiment=experiment, resumed=resumed, trials=trials, seconds=time.time() - started,
-                        experiment_id=exp_id)
+                        experiment_id=parent_info.experiment_id, unsent=closing.saved, tracking_error=error or "")
 
 
 def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[str, Any]) -> Dict[str, Any]:
@@ -248,8 +284,8 @@ def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[s
     try:
         final = info["fit"](cfg, run_name=run_name, callbacks=callbacks, mlflow_parent_run_id=info["parent_run_id"],
                             mlflow_tags=tags)
-    except TrackingUnavailable:
-        raise  # trained to the end: its run stays RUNNING until `raystream tracking upload` closes it
+    except TrackingUnavailable as exc:  # trained to the end: its run stays RUNNING until the sweep's upload
+        final = {**exc.final, UNSENT_RESULT_KEY: exc.path}
     except Exception as exc:
         with failing_fast():  # the store may be what failed: no minutes of HTTP retries
             record_failed_trial(tracking_uri(cfg), info["parent_run_id"], run_name, tags, exc)
@@ -466,47 +502,80 @@ def _outcome(result, the_plan: SweepPlan, saved: Dict[str, Any]) -> TrialOutcome
         return TrialOutcome(trial_id, cell, config, "unfinished", metrics=metrics)
     if result.error is not None:
         return TrialOutcome(trial_id, cell, config, "failed", error=error_text(result.error), metrics=metrics)
-    return TrialOutcome(trial_id, cell, config, "finished", metrics=metrics)
+    return TrialOutcome(trial_id, cell, config, "finished", metrics=metrics,
+                        unsent=metrics.get(UNSENT_RESULT_KEY) or None)
 
 
-def _finish_parent(client, parent: str, trials: List[TrialOutcome]) -> None:
-    """Record every trial's status and error on the parent run."""
-    counts = {s: sum(t.status == s for t in trials) for s in ("finished", "failed", "unfinished")}
-    for status, n in counts.items():
-        retry(lambda s=status, n=n: client.set_tag(parent, names.trials_count_tag(s), str(n)), "tag parent run")
-    retry(lambda: client.log_dict(parent, [{"trial_id": t.trial_id, "cell": t.cell, "config": t.config,
-                                            "status": t.status, "error": t.error} for t in trials], TRIALS_ARTIFACT),
-          "log trials")
+def upload_last_session(path: "results.Storage", uri: str) -> None:
+    """Write what the sweep's last session left unsent (its end during a tracking outage) before it goes on: a
+    later end would replace that file. The store answers now (`prepare_store`); when it refuses, say so."""
+    left = unsent.path_in(path.uri, unsent.SWEEP_FILE_NAME)
+    if not unsent.exists(left):
+        return
+    try:
+        with failing_fast():
+            unsent.upload(left, uri)
+    except Exception as exc:
+        print(f"raystream: WARNING: could not write {left} (the end of this sweep's last session, left by a tracking "
+              f"outage) into MLflow at {uri}: {type(exc).__name__}: {exc}; it is kept: run `{unsent.UPLOAD_COMMAND} "
+              f"{shlex.quote(left)}` to retry", file=sys.stderr, flush=True)
 
 
-def _end_parent(client, parent: str, status: str, path: "results.Storage", meta: Dict[str, Any],
-                session_start: float, signame: str = "SIGINT", stopped: Sequence[str] = ()) -> None:
-    """Close the parent run with `status`. Its end time is its start time plus the seconds every session of the sweep
-    ran (kept in the sweep's meta file), so MLflow's duration leaves out the pauses between interrupt and resume.
-    An interrupted sweep (by `signame`) also ends the child runs of the trials it stopped as KILLED, the cause in
-    `raystream.error` on them and on the parent (a resume reopens them)."""
-    active = float(meta.get("active_s", 0.0)) + (time.time() - session_start)
-    meta["active_s"] = active
-    path.write_json(META_FILE, meta)
-    if status == "KILLED":
-        cause = faults.interrupted_cause(signame)
-        kill_running_children(client, parent, cause, stopped)
-        retry(lambda: client.set_tag(parent, ERROR_TAG, cause), "tag parent run")
-    start_ms = retry(lambda: client.get_run(parent), "get parent run").info.start_time
-    retry(lambda: client.set_tag(parent, names.ACTIVE_SECONDS_TAG, f"{active:.1f}"), "tag parent run")
-    retry(lambda: client.set_terminated(parent, status, end_time=int(start_ms + active * 1000)), "end parent run")
+class ParentClose:
+    """The end of a sweep session on its MLflow parent run: every trial's status and error (tags and the
+    `sweep/trials.json` artifact), the UI view, the trials an interrupt stopped (KILLED), and the run's status
+    and end time. Its end time is its start time plus the seconds every session of the sweep ran (kept in the
+    sweep's meta file), so MLflow's duration leaves out the pauses between interrupt and resume.
 
+    Written at once when the store answers; else saved, with the trials' own unsent files, to the sweep's
+    `unsent_tracking.jsonl` (`raystream tracking upload` writes it all later): a tracking outage at the end of a
+    sweep costs a command, not the sweep's record."""
 
-def kill_running_children(client, parent: str, cause: str = "interrupted", stopped: Sequence[str] = ()) -> None:
-    """Child runs of `parent` still RUNNING, and those of the trials `stopped` by an interrupt (whose run may have
-    ended FAILED with the ActorDiedError of its killed actor), end as KILLED with `cause` in `raystream.error`."""
-    exp_id = retry(lambda: client.get_run(parent), "get parent run").info.experiment_id
-    of_parent = f"tags.`{names.PARENT_RUN_TAG}` = '{parent}'"
-    runs = {r.info.run_id: r for r in retry(lambda: client.search_runs(
-        [exp_id], filter_string=f"{of_parent} and attributes.status = 'RUNNING'"), "find running trials")}
-    for trial_id in stopped:
-        runs.update((r.info.run_id, r) for r in retry(lambda t=trial_id: client.search_runs(
-            [exp_id], filter_string=f"{of_parent} and tags.`{TRIAL_TAG}` = '{t}'"), "find stopped trial"))
-    for run_id in runs:
-        retry(lambda r=run_id: client.set_tag(r, ERROR_TAG, cause), "tag interrupted trial run")
-        retry(lambda r=run_id: client.set_terminated(r, "KILLED"), "end interrupted trial run")
+    def __init__(self, client, uri: str, parent_info, run_name: str, path: "results.Storage", meta: Dict[str, Any],
+                 session_start: float):
+        """`parent_info`: the parent run's `RunInfo`, read when the sweep started (the store may fail later)."""
+        self.client, self.uri, self.run_name = client, uri, run_name
+        self.parent, self.experiment_id, self.start_ms = parent_info.run_id, parent_info.experiment_id, \
+            parent_info.start_time
+        self.path, self.meta, self.session_start = path, meta, session_start
+        self.saved: Optional[str] = None  # the unsent file, when the store did not answer
+
+    def record(self, status: str, signame: str = "SIGINT", trials: Optional[Sequence[TrialOutcome]] = None,
+               view: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+        """What to write, as an unsent file's header (`raystream.tracking.unsent`)."""
+        active = float(self.meta.get("active_s", 0.0)) + (time.time() - self.session_start)
+        self.meta["active_s"] = active
+        tags = {names.ACTIVE_SECONDS_TAG: f"{active:.1f}"}
+        header: Dict[str, Any] = {"mlflow_run_id": self.parent, "tracking_uri": self.uri, "end_status": status,
+                                  "end_time": int(self.start_ms + active * 1000), "tags": tags}
+        if trials is not None:
+            for state in ("finished", "failed", "unfinished"):
+                tags[names.trials_count_tag(state)] = str(sum(t.status == state for t in trials))
+            header["artifacts"] = {TRIALS_ARTIFACT: [{"trial_id": t.trial_id, "cell": t.cell, "config": t.config,
+                                                      "status": t.status, "error": t.error} for t in trials]}
+            header["also"] = [t.unsent for t in trials if t.unsent]
+        if view is not None:
+            key, state = ui.view_tag(self.run_name, view)
+            header["experiment_tags"] = {self.experiment_id: {key: state}}
+        if status == "KILLED":
+            cause = faults.interrupted_cause(signame)
+            tags[ERROR_TAG] = cause
+            header["end_children"] = {"cause": cause, "trials": [t.trial_id for t in trials or ()
+                                                                 if t.status == "unfinished"]}
+        return header
+
+    def end(self, status: str, signame: str = "SIGINT", trials: Optional[Sequence[TrialOutcome]] = None,
+            view: Optional[Sequence[str]] = None) -> Optional[str]:
+        """Write the end of this session with `status`; None when written, else why the store refused it (what it
+        did not take is then in `self.saved`)."""
+        header = self.record(status, signame, trials, view)
+        self.path.write_json(META_FILE, self.meta)
+        try:
+            with failing_fast():
+                unsent.apply(self.client, header, [])
+            return None
+        except Exception as exc:
+            text = (str(exc).strip().splitlines() or [""])[0][:300]
+            self.saved = unsent.path_in(self.path.uri, unsent.SWEEP_FILE_NAME)
+            unsent.write(self.saved, header, [])
+            return f"{type(exc).__name__}: {text}"

@@ -18,7 +18,7 @@ from raystream.tracking import report
 from raystream.tracking.report import build_table, find_parent, write_report
 from raystream.tune.space import plan
 from raystream.train import storage
-from raystream.tune.sweep import TrialOutcome, _end_parent, _finish_parent, _parent_run, trial_tags
+from raystream.tune.sweep import ParentClose, TrialOutcome, _parent_run, trial_tags
 
 SWEEP = """name: rep
 grid:
@@ -84,8 +84,8 @@ def _populate(mlflow_uri, tmp):
             client.log_batch(run.info.run_id, metrics=metrics)
             client.set_terminated(run.info.run_id, "FINISHED")
             outcomes.append(TrialOutcome(tid, cell.values, {}, "finished"))
-    _finish_parent(client, parent, outcomes)
-    _end_parent(client, parent, "FINISHED", storage.resolve(str(tmp)), {}, time.time())
+    ParentClose(client, mlflow_uri, client.get_run(parent).info, "rep-run", storage.resolve(str(tmp)), {},
+                time.time()).end("FINISHED", trials=outcomes)
     return client, parent
 
 

@@ -11,12 +11,13 @@ from types import SimpleNamespace
 from mlflow import MlflowClient
 
 from raystream.config import compose
-from raystream.tracking import names
+from raystream.tracking import names, unsent
 from raystream.tracking.store import prepare_store
 from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import plan
 from raystream.train import storage
-from raystream.tune.sweep import _end_parent, _outcome, _parent_run, record_failed_trial, trial_tags
+from raystream.tune.sweep import (ParentClose, TrialOutcome, _outcome, _parent_run, record_failed_trial, trial_tags,
+                                  upload_last_session)
 
 
 def _sweep(tmp_path):
@@ -57,8 +58,10 @@ def test_an_interrupt_kills_running_children_and_the_pause_is_not_counted(tmp_pa
     client.set_tag(died, names.ERROR_TAG, "ActorDiedError: The actor died unexpectedly before finishing this task")
     client.set_terminated(died, "FAILED")
     meta = {"active_s": 30.0}  # an earlier session ran 30 s; this one 2 s, after a long pause
-    _end_parent(client, parent, "KILLED", storage.resolve(str(tmp_path)), meta, time.time() - 2.0, "SIGTERM",
-                stopped=["t2"])
+    stopped = [TrialOutcome("t2", {}, {}, "unfinished"), TrialOutcome("t3", {}, {}, "finished")]
+    closing = ParentClose(client, uri, client.get_run(parent).info, "smoke-x", storage.resolve(str(tmp_path)), meta,
+                          time.time() - 2.0)
+    assert closing.end("KILLED", "SIGTERM", trials=stopped) is None and closing.saved is None
     for run_id in (child, died):
         stopped = client.get_run(run_id)
         assert stopped.info.status == "KILLED"
@@ -77,3 +80,25 @@ def test_a_trial_failed_in_an_earlier_session_keeps_its_cell():
     saved = {"abc": SimpleNamespace(status="ERROR", config={CELL_KEY: 2})}
     out = _outcome(restored, p, saved)
     assert out.status == "failed" and out.cell == p.cells[2].values and out.error == "RuntimeError: bad.mp4: not a video"
+
+
+def test_an_interrupt_during_an_outage_is_saved_and_written_when_the_sweep_resumes(tmp_path, capsys):
+    uri, p, parent = _sweep(tmp_path)
+    client = MlflowClient(uri)
+    (tmp_path / "sweep").mkdir()
+    where = storage.resolve(str(tmp_path / "sweep"))
+    away = MlflowClient("http://127.0.0.1:9")  # nothing listens there: the store is away
+    info = client.get_run(parent).info
+    closing = ParentClose(away, uri, info, "smoke-x", where, {"active_s": 5.0}, time.time())
+    error = closing.end("KILLED", "SIGTERM", trials=[TrialOutcome("t1", {}, {}, "unfinished")])
+    assert error and "Connection" in error
+    assert closing.saved == str(tmp_path / "sweep" / unsent.SWEEP_FILE_NAME)
+    assert client.get_run(parent).info.status == "RUNNING"  # nothing written yet
+
+    upload_last_session(where, uri)  # the sweep starts again: the store answers
+    run = client.get_run(parent)
+    assert run.info.status == "KILLED" and run.data.tags[names.ERROR_TAG].startswith("interrupted (SIGTERM")
+    assert run.data.tags[names.trials_count_tag("unfinished")] == "1"
+    assert not unsent.exists(closing.saved)
+    upload_last_session(where, uri)  # nothing left: no-op
+    assert "WARNING" not in capsys.readouterr().err

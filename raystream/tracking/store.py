@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -151,6 +152,38 @@ def _ask_server(uri: str) -> None:
     reason = str(last).splitlines()[0] if last is not None and str(last) else type(last).__name__
     raise TrackingStoreError(f"MLflow tracking URI {uri}: no answer after {SERVER_ATTEMPTS} tries "
                              f"({SERVER_TIMEOUT_S:g} s each): {reason[:300]}")
+
+
+STORE_WAIT_S = 900.0  # how long a sweep's trial that starts during a tracking outage waits for the server
+
+
+def wait_for_store(uri: str, what: str, timeout_s: float = STORE_WAIT_S, poll_s: float = 10.0) -> None:
+    """Return once the tracking server at `uri` answers: a sweep's trial that starts during an outage waits for it
+    (no Train worker holds a CPU or GPU meanwhile) instead of failing, and says so once, naming `what` and the URI.
+    Local stores return at once. Raises TrackingStoreError after `timeout_s`, or at once when the server refuses
+    (credentials, not an MLflow server)."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    deadline = time.monotonic() + timeout_s
+    waited_since: Optional[float] = None
+    while True:
+        try:
+            _ask_server(uri)
+        except TrackingStoreError as exc:
+            if "no answer" not in str(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise TrackingStoreError(f"{what}: {exc}; waited {timeout_s:.0f} s for it") from None
+            if waited_since is None:
+                waited_since = time.monotonic()
+                print(f"raystream: WARNING: {what} waits for the MLflow tracking server at {uri}, which does not "
+                      f"answer (at most {timeout_s:.0f} s)", file=sys.stderr, flush=True)
+            time.sleep(poll_s)
+            continue
+        if waited_since is not None:
+            print(f"raystream: the MLflow tracking server at {uri} answers again after "
+                  f"{time.monotonic() - waited_since:.0f} s; {what} starts", file=sys.stderr, flush=True)
+        return
 
 
 @contextmanager

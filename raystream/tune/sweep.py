@@ -53,7 +53,8 @@ from raystream.tracking import names, ui, unsent
 from raystream.tracking.names import (CELL_TAG, ERROR_TAG, GRID_TAG_PREFIX, ROLE_TAG, SAMPLE_TAG_PREFIX, SWEEP_RUN_TAG,
                                       SWEEP_TAG, TRIAL_TAG, TRIALS_ARTIFACT)
 from raystream.tracking.store import client as mlflow_client
-from raystream.tracking.store import experiment_id, failing_fast, prepare_store, retry, tracking_uri
+from raystream.tracking.store import (experiment_id, failing_fast, prepare_store, retry, tracking_uri,
+                                      wait_for_store)
 from raystream.train import faults
 from raystream.train import storage as results
 from raystream.train.run import TrackingUnavailable
@@ -281,7 +282,12 @@ def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[s
             names.RUN_NAME_TAG: names.trial_run_name(info["cell_values"][cell], sampled)}
     callbacks = [TuneReportCallback(), RecordPlacementGroup(trial_id)]
     run_name = f"{info['run_name']}-{trial_id}"
+    # A tracking server that is away: this trial waits for it before it starts (a short blip is retried; MLflow's
+    # own minutes of HTTP retries would hide the outage).
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     try:
+        wait_for_store(tracking_uri(cfg), f"trial {trial_id} ({tags[names.RUN_NAME_TAG]})")
         final = info["fit"](cfg, run_name=run_name, callbacks=callbacks, mlflow_parent_run_id=info["parent_run_id"],
                             mlflow_tags=tags)
     except TrackingUnavailable as exc:  # trained to the end: its run stays RUNNING until the sweep's upload

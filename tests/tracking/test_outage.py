@@ -66,3 +66,31 @@ def test_warning_names_the_uri(tmp_path, capsys):
         assert unsent.main(str(tmp_path / unsent.FILE_NAME)) == 0  # `raystream tracking upload FILE`
         assert [m.step for m in make_client(server.uri).get_metric_history(run_id, "loss")] == [0]
         assert unsent.main(str(tmp_path / unsent.FILE_NAME)) == 2  # nothing left to upload
+
+
+def test_a_trial_starting_during_an_outage_waits_for_the_server_and_says_so(capsys):
+    """A sweep's trial calls `wait_for_store` before its run starts: it returns once the server answers again, after
+    one warning naming the trial and the URI; a server that stays away ends the wait, named, after its limit."""
+    import threading
+    import time
+
+    import pytest
+
+    from raystream.tracking.store import TrackingStoreError, wait_for_store
+
+    with restartable_mlflow() as server:
+        server.kill()
+        restart = threading.Timer(8.0, server.start)  # after the first check (3 tries, ~3 s) has failed
+        restart.start()
+        wait_for_store(server.uri, "trial t1 (adamw)", timeout_s=120, poll_s=0.5)
+        restart.join()
+        err = capsys.readouterr().err
+        assert f"trial t1 (adamw) waits for the MLflow tracking server at {server.uri}" in err
+        assert "answers again" in err
+
+        server.kill()
+        started = time.monotonic()
+        with pytest.raises(TrackingStoreError, match=f"trial t2: MLflow tracking URI {server.uri}: no answer"):
+            wait_for_store(server.uri, "trial t2", timeout_s=0.1, poll_s=0.1)
+        assert time.monotonic() - started < 60  # one server check, not MLflow's minutes of retries
+    wait_for_store("sqlite:////nonexistent/mlflow.db", "trial t3", timeout_s=0)  # a local store: no wait

@@ -8,8 +8,10 @@ ends. The header names the run (`mlflow_run_id`, `tracking_uri`) and may hold wh
 order:
 - `also`: other unsent files (the trials' of a sweep), uploaded first;
 - the metric values (lines after the header);
-- `tags` (name -> value), `artifacts` (artifact file name -> JSON content), `experiment_tags` (experiment id ->
-  name -> value);
+- `tags` (name -> value), `artifacts` (artifact file name -> JSON content), `texts` (artifact file name -> text),
+  `files` (artifact folder -> file paths or URIs to copy there, e.g. the final checkpoint's model; missing ones are
+  skipped), `plots_title` (the gradient-cosine plots, drawn from the run's metric history once it is written),
+  `experiment_tags` (experiment id -> name -> value);
 - `end_children` (`{"cause", "trials"}`): the parent's child runs still RUNNING, and those of `trials`, end KILLED
   with `cause` in `raystream.error` (a sweep interrupted during the outage);
 - `end_status` (and `end_time`, epoch ms): the run is closed so (set by the driver when the run ended during the
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 FILE_NAME = "unsent_metrics.jsonl"
@@ -129,9 +132,11 @@ def send(client, run_id: str, metrics: List[Any]) -> int:
     return len(todo)
 
 
-def apply(client, header: Dict[str, Any], metrics: List[Any], tracking_uri: Optional[str] = None) -> int:
+def apply(client, header: Dict[str, Any], metrics: List[Any], tracking_uri: Optional[str] = None,
+          attempts: int = RETRIES) -> int:
     """Write into MLflow what `header` and `metrics` hold (the module's docstring says what, in which order);
-    `tracking_uri` overrides the one the `also` files name. Returns the metric values written."""
+    `tracking_uri` overrides the one the `also` files name; each write is tried `attempts` times (`store.retry`).
+    Returns the metric values written."""
     from mlflow.entities import RunTag
 
     from raystream.tracking.store import end_child_runs, retry
@@ -141,18 +146,54 @@ def apply(client, header: Dict[str, Any], metrics: List[Any], tracking_uri: Opti
     written += send(client, run_id, metrics)
     tags = [RunTag(k, str(v)) for k, v in (header.get("tags") or {}).items()]
     if tags:
-        retry(lambda: client.log_batch(run_id, tags=tags), "tag run", attempts=RETRIES)
+        retry(lambda: client.log_batch(run_id, tags=tags), "tag run", attempts=attempts)
     for name, content in (header.get("artifacts") or {}).items():
-        retry(lambda n=name, c=content: client.log_dict(run_id, c, n), "log artifact", attempts=RETRIES)
+        retry(lambda n=name, c=content: client.log_dict(run_id, c, n), "log artifact", attempts=attempts)
+    for name, text in (header.get("texts") or {}).items():
+        retry(lambda n=name, t=text: client.log_text(run_id, t, n), "log artifact", attempts=attempts)
+    for folder, sources in (header.get("files") or {}).items():
+        _log_files(client, run_id, folder, sources, attempts)
+    if header.get("plots_title") is not None:
+        _log_plots(client, run_id, header["plots_title"], attempts)
     for exp_id, exp_tags in (header.get("experiment_tags") or {}).items():
         for k, v in exp_tags.items():
-            retry(lambda e=exp_id, k=k, v=v: client.set_experiment_tag(e, k, v), "tag experiment", attempts=RETRIES)
+            retry(lambda e=exp_id, k=k, v=v: client.set_experiment_tag(e, k, v), "tag experiment", attempts=attempts)
     if header.get("end_children"):
-        end_child_runs(client, run_id, **header["end_children"], attempts=RETRIES)
+        end_child_runs(client, run_id, **header["end_children"], attempts=attempts)
     if header.get("end_status"):
         retry(lambda: client.set_terminated(run_id, status=header["end_status"], end_time=header.get("end_time")),
-              "end run", attempts=RETRIES)
+              "end run", attempts=attempts)
     return written
+
+
+def _log_files(client, run_id: str, folder: str, sources: List[str], attempts: int) -> None:
+    """Copy each existing file of `sources` (paths or URIs) to this machine and log it under artifact `folder`."""
+    import pyarrow.fs as pafs
+
+    from raystream.tracking.store import retry
+
+    with tempfile.TemporaryDirectory(prefix="raystream-artifact-") as d:
+        for source in sources:
+            fs, path = _fs(source)
+            if fs.get_file_info(path).type != pafs.FileType.File:
+                continue
+            local = os.path.join(d, path.rsplit("/", 1)[-1])
+            pafs.copy_files(path, local, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+            retry(lambda f=local: client.log_artifact(run_id, f, folder), "log artifact", attempts=attempts)
+
+
+def _log_plots(client, run_id: str, title: str, attempts: int) -> None:
+    """The gradient-cosine plots of run `run_id`, from the metric history MLflow holds."""
+    from pathlib import Path
+
+    from raystream.tracking import names
+    from raystream.tracking.plots import grad_cosine_plots, history
+    from raystream.tracking.store import retry
+
+    with tempfile.TemporaryDirectory(prefix="raystream-plots-") as d:
+        for f in grad_cosine_plots(history(client, run_id), Path(d) / names.ARTIFACT_PLOTS_DIR, title=title):
+            retry(lambda f=f: client.log_artifact(run_id, str(f), names.ARTIFACT_PLOTS_DIR), "log plot",
+                  attempts=attempts)
 
 
 def upload(where: str, tracking_uri: Optional[str] = None) -> Tuple[int, Dict[str, Any]]:

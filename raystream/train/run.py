@@ -26,7 +26,6 @@ import copy
 import shlex
 import signal
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,29 +94,41 @@ def _log_params(client, run_id: str, params: Dict[str, Any]) -> None:
         retry(lambda: client.log_batch(run_id, params=chunk), "log params")
 
 
-def _log_artifacts(client, run_id: str, cfg, checkpoint, log_model: bool) -> None:
-    """config.yaml, the gradient-cosine plots from the run's full history, and the final checkpoint's model."""
-    from raystream.tracking.plots import grad_cosine_plots, history
+def run_end(cfg, checkpoint_uri: Optional[str], log_model: bool) -> Dict[str, Any]:
+    """What the driver writes to the MLflow run once training has finished, as an unsent file's header
+    (`raystream.tracking.unsent`): the `finished` status tag, config.yaml, the gradient-cosine plots from the run's
+    full history, the final checkpoint's model (only `model.pt` and `meta.json`, not the optimizer state), FINISHED."""
+    header: Dict[str, Any] = {
+        "tags": {names.TAG_STATUS: "finished"},
+        "texts": {names.ARTIFACT_CONFIG: OmegaConf.to_yaml(cfg, resolve=True)},
+        "plots_title": f"{cfg.trainer.run_name} ({cfg.optimizer.name}, {cfg.stream.order})",
+        "end_status": "FINISHED"}
+    if log_model and checkpoint_uri:
+        header["files"] = {names.ARTIFACT_CHECKPOINT_DIR: [f"{checkpoint_uri.rstrip('/')}/{ckpt_files.MODEL_FILE}",
+                                                           f"{checkpoint_uri.rstrip('/')}/{ckpt_files.META_FILE}"]}
+    return header
 
-    with tempfile.TemporaryDirectory(prefix="raystream-artifacts-") as d:
-        tmp = Path(d)
-        (tmp / names.ARTIFACT_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        retry(lambda: client.log_artifact(run_id, str(tmp / names.ARTIFACT_CONFIG)), "log config")
-        title = f"{cfg.trainer.run_name} ({cfg.optimizer.name}, {cfg.stream.order})"
-        for f in grad_cosine_plots(history(client, run_id), tmp / names.ARTIFACT_PLOTS_DIR, title=title):
-            retry(lambda f=f: client.log_artifact(run_id, str(f), names.ARTIFACT_PLOTS_DIR), "log plot")
-    if log_model and checkpoint is not None:  # only these two files come to the driver, not the optimizer state
-        import pyarrow.fs
 
-        with tempfile.TemporaryDirectory(prefix="raystream-model-") as d:
-            for name in (ckpt_files.MODEL_FILE, ckpt_files.META_FILE):
-                src = f"{checkpoint.path}/{name}"
-                if checkpoint.filesystem.get_file_info(src).type != pyarrow.fs.FileType.File:
-                    continue
-                pyarrow.fs.copy_files(src, str(Path(d) / name), source_filesystem=checkpoint.filesystem,
-                                      destination_filesystem=pyarrow.fs.LocalFileSystem())
-                retry(lambda n=name: client.log_artifact(run_id, str(Path(d) / n), names.ARTIFACT_CHECKPOINT_DIR),
-                      "log checkpoint")
+def finish_run(client, uri: str, run_id: str, path: str, end: Dict[str, Any]) -> None:
+    """Write the end of a run that trained to the end: the metric values an outage left in `path` (the run
+    directory's unsent file), then `end` (`run_end`). When the store does not answer, all of it waits in `path`
+    and TrackingUnavailable names the file and the command that writes it."""
+    found = unsent.read(path)
+    header, metrics = found if found is not None else ({}, [])
+    header = {**header, "mlflow_run_id": run_id, "tracking_uri": uri, **end}
+    try:
+        with failing_fast():
+            unsent.apply(client, header, metrics, attempts=8)  # 8: sqlite shared by a sweep's trials
+    except Exception as exc:
+        unsent.write(path, header, metrics)
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise TrackingUnavailable(
+            f"training finished, but the MLflow tracking store at {uri} does not answer ({type(exc).__name__}: "
+            f"{first}): {len(metrics)} metric values and the run's end (status, config, plots, model) are saved in "
+            f"{path}, and MLflow run {run_id} stays RUNNING. When the store answers, write them and close the run "
+            f"with:\n  {unsent.UPLOAD_COMMAND} {shlex.quote(path)}", path) from None
+    if found is not None:
+        unsent.remove(path)
 
 
 def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[Sequence[Any]] = None,
@@ -201,16 +212,14 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         final.update(mlflow_run_id=run_id, run_name=name, run_dir=storage.uri_of(str(result.path)),
                      checkpoint_path=storage.uri_of(result.checkpoint.path) if result.checkpoint is not None
                      else None)
+        end = run_end(cfg, final["checkpoint_path"], bool(tcfg.log_checkpoint_artifact))
         try:
-            upload_unsent(unsent.path_in(run_dir.uri), run_id, uri)
+            finish_run(client, uri, run_id, unsent.path_in(run_dir.uri), end)
         except TrackingUnavailable as exc:
-            ckpt_files.prune(fs, run_dir.path, kept)
             exc.final = final
             raise
-        retry(lambda: client.set_tag(run_id, names.TAG_STATUS, "finished"), "tag run")
-        _log_artifacts(client, run_id, cfg, result.checkpoint, bool(tcfg.log_checkpoint_artifact))
-        ckpt_files.prune(fs, run_dir.path, kept)
-        end_run(client, run_id, status="FINISHED")
+        finally:
+            ckpt_files.prune(fs, run_dir.path, kept)
     return final
 
 
@@ -234,24 +243,6 @@ def _closed_on_failure(client, run_id: str, name: str) -> Iterator[Dict[str, str
             if interrupted:
                 raise Interrupted(f"run {name} interrupted by {signame}", signame) from None
             raise
-
-
-def upload_unsent(path: str, run_id: str, uri: str) -> None:
-    """Write the metric values the workers could not (`path`, left by the last attempt during an outage) into the
-    MLflow run; when the store still does not answer, raise TrackingUnavailable naming the file and the command."""
-    if not unsent.exists(path):
-        return
-    try:
-        with failing_fast():
-            unsent.upload(path, uri)
-    except Exception as exc:
-        count = unsent.set_end_status(path, "FINISHED")
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        raise TrackingUnavailable(
-            f"training finished, but the MLflow tracking store at {uri} does not answer ({type(exc).__name__}: "
-            f"{first}): {count} metric values are saved in {path} and MLflow run {run_id} stays RUNNING. When the "
-            f"store answers, write them and close the run with:\n  {unsent.UPLOAD_COMMAND} {shlex.quote(path)}",
-            path) from None
 
 
 def _log_skipped_videos(client, run_id: str, skipped: List[Tuple[str, str]]) -> None:

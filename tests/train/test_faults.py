@@ -74,7 +74,9 @@ def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(
         server.start()
         assert cli_main(["tracking", "upload", path]) == 0
         mlflow_run = client.get_run(header["mlflow_run_id"])
-        assert mlflow_run.info.status == "FINISHED"
+        assert mlflow_run.info.status == "FINISHED" and mlflow_run.data.tags["raystream.status"] == "finished"
+        logged = {a.path for a in client.list_artifacts(header["mlflow_run_id"])}
+        assert {"config.yaml", "plots", "checkpoint"} <= logged  # the run's end waited with its metrics
         assert sorted(m.step for m in client.get_metric_history(header["mlflow_run_id"], "loss")) == list(range(6))
         assert not Path(path).exists()
 

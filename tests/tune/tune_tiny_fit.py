@@ -105,7 +105,7 @@ def fit_through_outage(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_
     from pathlib import Path
 
     from raystream.tracking import StepLogger, start_run, unsent
-    from raystream.train.run import TrackingUnavailable, upload_unsent
+    from raystream.train.run import TrackingUnavailable, finish_run
 
     uri, storage = cfg.mlflow.tracking_uri, Path(cfg.trainer.storage_path)
     run_id = start_run(MlflowClient(uri), experiment=cfg.mlflow.experiment, uri=uri, run_name=run_name,
@@ -125,7 +125,7 @@ def fit_through_outage(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_
         logger.log({"loss": 1.0 / (step + 1)}, step)
     logger.close(timeout_s=1)  # the server is down: the values stay in the unsent file
     try:
-        upload_unsent(path, run_id, uri)
+        finish_run(MlflowClient(uri), uri, run_id, path, {"end_status": "FINISHED"})
     except TrackingUnavailable as exc:
         exc.final = {"loss": 1.0 / steps, "eval/knn_top1": 0.5, "mlflow_run_id": run_id}
         raise

@@ -115,6 +115,44 @@ def test_sigterm_ends_the_run_killed_with_the_cause(ray_cluster, tiny_overrides,
     assert checkpoint.latest(*_local(run_dir)) is not None  # resumable
 
 
+@pytest.mark.slow
+def test_a_storage_path_failing_mid_run_ends_the_run_failed_naming_the_path(ray_cluster, tiny_overrides, workdir):
+    """The run's directory on trainer.storage_path becomes unusable after the first checkpoint (moved away and a
+    file left in its place: the storage behind the path is gone; as root, a read-only directory would still be
+    written). The next checkpoint fails: `raystream train` exits 1 naming the path, the MLflow run is FAILED with
+    the cause in `raystream.error`, and no retry loop keeps it going (Ray Train's controller fails the run)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cli_driver import wait_for
+    from raystream.tracking import client as make_client
+
+    overrides = tiny_overrides("trainer.num_workers=1", "trainer.run_name=lost")
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_STEP_DELAY_S": "1"}
+    run_dir = Path(workdir["storage"]) / "lost"
+    err = workdir["dir"] / "lost.stderr"
+    with open(err, "w") as stderr:
+        driver = subprocess.Popen([sys.executable, "-m", "raystream.cli", "train", *overrides], env=env,
+                                  cwd=workdir["dir"], stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            wait_for(driver, err, lambda: list(run_dir.glob("checkpoint_0*")), 200, "no checkpoint", poll_s=0.2)
+            run_id = json.loads((run_dir / "raystream_run.json").read_text())["mlflow_run_id"]
+            run_dir.rename(run_dir.with_name("lost.moved"))
+            run_dir.write_text("the storage is gone")
+            rc = driver.wait(timeout=180)
+        finally:
+            driver.kill()
+            driver.wait()
+    text = err.read_text()
+    assert rc == 1, text[-3000:]
+    assert "raystream train: training failed" in text and str(run_dir) in text, text[-3000:]
+    run = make_client(workdir["mlflow"]).get_run(run_id)
+    assert run.info.status == "FAILED" and str(run_dir) in run.data.tags["raystream.error"], run.data.tags
+
+
 def _local(path):
     import pyarrow.fs
 

@@ -74,12 +74,12 @@ def test_a_lock_from_another_host_holds_until_its_heartbeat_stops(tmp_path):
 
 # ---- the lock in a bucket (trainer.storage_path=s3://...): moto's S3 server on 127.0.0.1 -------------------------
 
-RACE = ("import sys, time; from raystream.config import ConfigError; from raystream.train import storage; "
-        "from raystream.tune.lock import SETTLE_S, SweepLock; "
-        "where = storage.resolve(sys.argv[1]).child('sweeps', 'raced'); time.sleep(max(0.0, float(sys.argv[2]) - "
-        "time.time()))\n"
-        "try:\n    SweepLock(where, 'raced').acquire(); print('locked', flush=True); time.sleep(4 * SETTLE_S)\n"
-        "except ConfigError as exc:\n    print('refused', exc, flush=True)")
+RACE = ("import sys; from raystream.config import ConfigError; from raystream.train import storage; "
+        "from raystream.tune.lock import SweepLock; where = storage.resolve(sys.argv[1]).child('sweeps', 'raced'); "
+        "print('ready', flush=True); sys.stdin.readline()\n"
+        "try:\n    SweepLock(where, 'raced').acquire(); print('locked', flush=True)\n"
+        "except ConfigError as exc:\n    print('refused', exc, flush=True)\n"
+        "sys.stdin.read()")  # holds the lock until the test closes its stdin
 
 
 @pytest.fixture(scope="module")
@@ -157,13 +157,21 @@ def test_a_bucket_lock_from_another_host_holds_until_its_heartbeat_stops(bucket)
 def test_two_sweeps_taking_a_bucket_lock_at_the_same_moment_one_wins(bucket):
     """No create-if-absent in a bucket: both write, read back after SETTLE_S, and only the later write's owner
     runs; the other refuses naming it."""
-    at = time.time() + 3.0  # both processes have imported by then
-    procs = [subprocess.Popen([sys.executable, "-c", RACE, bucket["uri"], str(at)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=bucket["env"]) for _ in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    said = sorted(out.split(" ", 1)[0].strip() for out, _ in outs)
-    assert said == ["locked", "refused"], outs
-    winner = procs[[out.startswith("locked") for out, _ in outs].index(True)]
-    refusal = next(out for out, _ in outs if out.startswith("refused"))
+    procs = [subprocess.Popen([sys.executable, "-c", RACE, bucket["uri"]], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=bucket["env"]) for _ in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready"
+        for p in procs:  # both imported: go at the same moment
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        said = [p.stdout.readline().strip() for p in procs]  # both answer while both still run
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait(timeout=60)
+    assert sorted(line.split(" ", 1)[0] for line in said) == ["locked", "refused"], said
+    winner = procs[said.index("locked")]
+    refusal = next(line for line in said if line.startswith("refused"))
     assert f"pid {winner.pid} on host" in refusal and "sweep.run_name=raced-2" in refusal
     assert _lock_record(bucket, "raced") is None  # the winner released it at exit

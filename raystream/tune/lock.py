@@ -7,7 +7,10 @@ background thread of the owner rewrites every `HEARTBEAT_S`. A lock is stale, an
 stderr, when its heartbeat is older than `STALE_AFTER_S` (a crashed sweep on any host: a bucket lock included) or,
 at once, when its owner ran on this host and its pid is gone. On a local disk the file is created atomically
 (O_EXCL); in a bucket (pyarrow filesystem, no create-if-absent) the lock is written with a random token and read
-back after `SETTLE_S`: of two sweeps that started together the later write wins and the other refuses.
+back after `SETTLE_S`: of two sweeps that started together the later write wins and the other refuses. The limit
+(no conditional write through pyarrow): a sweep whose read and write of the lock are more than `SETTLE_S` apart
+(a client stalled for a second between them) can overwrite a lock taken in between, and both run; a strict
+guarantee would need the store's create-if-absent (S3 `If-None-Match`), which pyarrow's filesystems do not offer.
 The lock is released at the end of the sweep, and at exit of the process otherwise.
 """
 

@@ -24,8 +24,8 @@ Tune experiment under `<storage>/sweeps/<run name>` (a local directory or a buck
 and `Tuner.restore`s it: finished trials are kept, unfinished
 ones continue (each Train run resumes from its own checkpoint: its name is `<run name>-<trial id>`), failed ones
 stay failed. The MLflow parent run id is kept beside the experiment, so the same parent run continues.
-Ctrl+C ends the parent run and the child runs of the interrupted trials as KILLED. The parent's duration in MLflow
-is the time the sweep ran: its end time is its start time plus the seconds of every session (tag
+Ctrl+C (exit 130) or SIGTERM (exit 143) ends the parent run and the child runs of the interrupted trials as KILLED.
+The parent's duration in MLflow is the time the sweep ran: its end time is its start time plus the seconds of every session (tag
 `raystream.active_seconds`), so the pause between an interrupt and the resume is not counted.
 
 A tracking outage: a trial that trains to the end while the store does not answer is finished, its metric values in
@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -98,6 +99,7 @@ class SweepOutcome:
     experiment_id: str = ""
     unsent: Optional[str] = None  # the tracking store did not answer at the end: what it did not take is saved here
     tracking_error: str = ""
+    signal: str = "SIGINT"  # what interrupted it (SIGTERM: a job scheduler, `timeout`), when it was interrupted
 
     @property
     def failed(self) -> List[TrialOutcome]:
@@ -124,14 +126,17 @@ def main(cfg: DictConfig, overrides: Sequence[str] = (), verbose: bool = False) 
 
 def summary(outcome: SweepOutcome) -> int:
     """Print how the sweep ended (the report table, then the MLflow UI lines; or what to run when the tracking store
-    did not answer) and return the exit code: 0, 1 (every trial failed, or records left unsent), 130 (interrupted)."""
+    did not answer) and return the exit code: 0, 1 (every trial failed, or records left unsent), 130 / 143
+    (interrupted by Ctrl-C / SIGTERM)."""
     from raystream.tracking import report
 
     print()
     if outcome.interrupted:
-        print(f"sweep {outcome.run_name} interrupted; run the same command again to resume it "
+        if outcome.unsent:
+            print(unsent_message(outcome), file=sys.stderr)
+        print(f"sweep {outcome.run_name} interrupted ({outcome.signal}); run the same command again to resume it "
               f"(finished trials are kept)", file=sys.stderr)
-        return 130
+        return 128 + int(getattr(signal, outcome.signal, signal.SIGINT))  # 130 (Ctrl-C) or 143 (SIGTERM)
     print(f"sweep {outcome.run_name}: {len(outcome.trials) - len(outcome.failed)} trials finished, "
           f"{len(outcome.failed)} failed, {outcome.seconds:.0f} s{' (resumed)' if outcome.resumed else ''}")
     for t in outcome.failed:
@@ -262,7 +267,8 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
         lock.release()
     return SweepOutcome(run_name=run_name, path=path.uri, parent_run_id=parent, tracking_uri=uri,
                         experiment=experiment, resumed=resumed, trials=trials, seconds=time.time() - started,
-                        experiment_id=parent_info.experiment_id, unsent=closing.saved, tracking_error=error or "")
+                        experiment_id=parent_info.experiment_id, unsent=closing.saved, tracking_error=error or "",
+                        signal=received.get("signal", "SIGINT"))
 
 
 def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[str, Any]) -> Dict[str, Any]:

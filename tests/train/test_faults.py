@@ -117,6 +117,44 @@ def test_sigterm_ends_the_run_killed_with_the_cause(ray_cluster, tiny_overrides,
     assert checkpoint.latest(*_local(run_dir)) is not None  # resumable
 
 
+@pytest.mark.slow
+def test_a_storage_path_failing_mid_run_ends_the_run_failed_naming_the_path(ray_cluster, tiny_overrides, workdir):
+    """The run's directory on trainer.storage_path becomes unusable after the first checkpoint (moved away and a
+    file left in its place: the storage behind the path is gone; as root, a read-only directory would still be
+    written). The next checkpoint fails: `raystream train` exits 1 naming the path, the MLflow run is FAILED with
+    the cause in `raystream.error`, and no retry loop keeps it going (Ray Train's controller fails the run)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from cli_driver import wait_for
+    from raystream.tracking import client as make_client
+
+    overrides = tiny_overrides("trainer.num_workers=1", "trainer.run_name=lost")
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_STEP_DELAY_S": "1"}
+    run_dir = Path(workdir["storage"]) / "lost"
+    err = workdir["dir"] / "lost.stderr"
+    with open(err, "w") as stderr:
+        driver = subprocess.Popen([sys.executable, "-m", "raystream.cli", "train", *overrides], env=env,
+                                  cwd=workdir["dir"], stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            wait_for(driver, err, lambda: list(run_dir.glob("checkpoint_0*")), 200, "no checkpoint", poll_s=0.2)
+            run_id = json.loads((run_dir / "raystream_run.json").read_text())["mlflow_run_id"]
+            run_dir.rename(run_dir.with_name("lost.moved"))
+            run_dir.write_text("the storage is gone")
+            rc = driver.wait(timeout=180)
+        finally:
+            driver.kill()
+            driver.wait()
+    text = err.read_text()
+    assert rc == 1, text[-3000:]
+    assert "raystream train: training failed" in text and str(run_dir) in text, text[-3000:]
+    run = make_client(workdir["mlflow"]).get_run(run_id)
+    assert run.info.status == "FAILED" and str(run_dir) in run.data.tags["raystream.error"], run.data.tags
+
+
 def _local(path):
     import pyarrow.fs
 
@@ -127,15 +165,31 @@ def _local(path):
 def test_a_local_run_listens_on_loopback_only(tiny_overrides, workdir):
     """`raystream train` with 2 workers on a local Ray (no RAY_ADDRESS): every TCP listener of the driver and of
     every process below it (Ray's GCS, raylet, agents, the Train workers with torch.distributed's store and gloo's
-    sockets) is on the loopback interface; read from /proc while the run trains."""
+    sockets) is on the loopback interface; read from /proc while the run trains.
+    The same run (one full run serves both) has a corrupt video among the demo videos with data.on_bad_video=skip:
+    it trains to the end on the others, and its MLflow run records the skipped one and why."""
+    import json
     import os
     import subprocess
     import sys
     import time
+    from pathlib import Path
 
     from listeners import descendants, is_loopback, listening
 
-    overrides = tiny_overrides("trainer.num_workers=2", "trainer.run_name=loopback")
+    from raystream.config import compose
+    from raystream.data.demo import ensure_demo_videos
+    from raystream.tracking import client as make_client
+    from raystream.tracking import names
+
+    good = [str(p) for p in ensure_demo_videos(compose([]).data.demo)]
+    broken = workdir["dir"] / "broken.mp4"
+    broken.write_bytes(b"not a video: cut short while copying")
+    probes = workdir["dir"] / "probes.csv"  # own videos need a labelled set (eval.metrics=[]: not evaluated)
+    probes.write_text("path,label\n" + "".join(f"{v},{i % 2}\n" for i, v in enumerate(good)))
+    overrides = tiny_overrides("trainer.num_workers=2", "trainer.run_name=loopback",
+                               f"data.videos=[{broken},{','.join(good)}]", "data.on_bad_video=skip",
+                               f"eval.dataset={probes}")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
     env["RAYSTREAM_STEP_DELAY_S"] = "0.5"
     err = workdir["dir"] / "loopback.stderr"
@@ -157,3 +211,12 @@ def test_a_local_run_listens_on_loopback_only(tiny_overrides, workdir):
     assert len({pid for pid, _, _ in seen}) >= 4, seen  # GCS, raylet, the workers at least
     outside = sorted(k for k in seen if not is_loopback(k[1]))
     assert not outside, f"listeners off the loopback interface (pid, address, port): {outside}; all: {sorted(seen)}"
+
+    client = make_client(workdir["mlflow"])
+    run_id = json.loads((Path(workdir["storage"]) / "loopback" / "raystream_run.json").read_text())["mlflow_run_id"]
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags[names.TAG_SKIPPED_VIDEOS] == "1", run.data.tags
+    listed = json.loads(Path(client.download_artifacts(run_id, names.ARTIFACT_SKIPPED_VIDEOS,
+                                                       str(workdir["dir"]))).read_text())
+    assert [v["video"] for v in listed] == [str(broken)] and listed[0]["reason"], listed
+    assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == list(range(6))  # trained to the end

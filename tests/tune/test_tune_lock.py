@@ -70,3 +70,108 @@ def test_a_lock_from_another_host_holds_until_its_heartbeat_stops(tmp_path):
     lock = SweepLock(where, "s").acquire()
     assert json.loads((tmp_path / "sweeps" / "s" / LOCK_FILE).read_text())["token"] == lock.record["token"]
     lock.release()
+
+
+# ---- the lock in a bucket (trainer.storage_path=s3://...): moto's S3 server on 127.0.0.1 -------------------------
+
+RACE = ("import sys; from raystream.config import ConfigError; from raystream.train import storage; "
+        "from raystream.tune.lock import SweepLock; where = storage.resolve(sys.argv[1]).child('sweeps', 'raced'); "
+        "print('ready', flush=True); sys.stdin.readline()\n"
+        "try:\n    SweepLock(where, 'raced').acquire(); print('locked', flush=True)\n"
+        "except ConfigError as exc:\n    print('refused', exc, flush=True)\n"
+        "sys.stdin.read()")  # holds the lock until the test closes its stdin
+
+
+@pytest.fixture(scope="module")
+def bucket(tmp_path_factory):
+    """moto's S3 server with an empty bucket; its endpoint and dummy credentials in this process's env (restored
+    afterwards) and in `env` for subprocesses."""
+    from local_cloud import local_s3
+
+    root = tmp_path_factory.mktemp("lock_s3")
+    with local_s3(root) as s3, pytest.MonkeyPatch.context() as env:
+        for k, v in s3.env.items():
+            env.setenv(k, v)
+        yield {"s3": s3, "root": root, "uri": f"s3://{s3.bucket}/results", "env": {**os.environ, **s3.env}}
+
+
+def _bucket_lock(bucket, name):
+    return storage.resolve(bucket["uri"]).child("sweeps", name)
+
+
+def _lock_record(bucket, name):
+    keys = bucket["s3"].keys(f"results/sweeps/{name}/")
+    key = f"results/sweeps/{name}/{LOCK_FILE}"
+    return json.loads(bucket["s3"].read(key)) if key in keys else None
+
+
+def test_a_second_sweep_on_a_bucket_refuses_before_ray_and_a_dead_holders_lock_is_taken_over(bucket, sweeps_dir,
+                                                                                             tmp_path, capfd):
+    """`raystream sweep trainer.storage_path=s3://...` while another process holds that sweep's lock in the bucket:
+    exit 2 at once, naming the holder, the lock's URI and `sweep.run_name=<name>-2`, before Ray starts (no Ray
+    session under RAY_TMPDIR). Once the holder is killed (pid gone on this host) the next sweep takes the lock over;
+    released, it leaves the bucket, and the next takes it without a note."""
+    sweeps_dir("tiny_lock", SWEEP)
+    env = {**bucket["env"], "RAYSTREAM_CONFIG_DIR": str(sweeps_dir.root), "RAY_TMPDIR": str(tmp_path / "ray")}
+    env.pop("RAY_ADDRESS", None)
+    first = subprocess.Popen([sys.executable, "-c", HOLD, bucket["uri"], "held"], stdout=subprocess.PIPE, text=True,
+                             env=env)
+    try:
+        assert first.stdout.readline().strip() == "locked"
+        assert _lock_record(bucket, "held")["pid"] == first.pid
+        out = subprocess.run([sys.executable, "-m", "raystream.cli", "sweep", "sweep=tiny_lock", "sweep.run_name=held",
+                              f"trainer.storage_path={bucket['uri']}", f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"],
+                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 2, out.stdout + out.stderr[-3000:]
+        assert f"pid {first.pid} on host" in out.stderr and "already running" in out.stderr, out.stderr[-3000:]
+        assert f"{bucket['uri']}/sweeps/held/{LOCK_FILE}" in out.stderr and "sweep.run_name=held-2" in out.stderr
+        assert not (tmp_path / "ray").exists(), "Ray was started before the refusal"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    capfd.readouterr()
+    lock = SweepLock(_bucket_lock(bucket, "held"), "held").acquire()
+    assert f"(its process {first.pid} on this host is gone)" in capfd.readouterr().err
+    assert _lock_record(bucket, "held")["token"] == lock.record["token"]
+    lock.release()
+    assert _lock_record(bucket, "held") is None
+    SweepLock(_bucket_lock(bucket, "held"), "held").acquire().release()
+    assert "taking over" not in capfd.readouterr().err
+
+
+def test_a_bucket_lock_from_another_host_holds_until_its_heartbeat_stops(bucket):
+    s3, key = bucket["s3"], f"results/sweeps/remote/{LOCK_FILE}"
+    record = {"pid": 1, "host": "other-node", "started": time.time(), "heartbeat": time.time(), "token": "x"}
+    s3.client().put_object(Bucket=s3.bucket, Key=key, Body=json.dumps(record).encode())
+    with pytest.raises(SweepLocked, match="pid 1 on host other-node"):
+        SweepLock(_bucket_lock(bucket, "remote"), "remote").acquire()
+    assert _lock_record(bucket, "remote") == record  # the refusal leaves the holder's lock alone
+    record["heartbeat"] = time.time() - STALE_AFTER_S - 5  # that node died: nobody refreshes it any more
+    s3.client().put_object(Bucket=s3.bucket, Key=key, Body=json.dumps(record).encode())
+    lock = SweepLock(_bucket_lock(bucket, "remote"), "remote").acquire()
+    assert _lock_record(bucket, "remote")["token"] == lock.record["token"]
+    lock.release()
+    assert _lock_record(bucket, "remote") is None
+
+
+def test_two_sweeps_taking_a_bucket_lock_at_the_same_moment_one_wins(bucket):
+    """No create-if-absent in a bucket: both write, read back after SETTLE_S, and only the later write's owner
+    runs; the other refuses naming it."""
+    procs = [subprocess.Popen([sys.executable, "-c", RACE, bucket["uri"]], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=bucket["env"]) for _ in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready"
+        for p in procs:  # both imported: go at the same moment
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        said = [p.stdout.readline().strip() for p in procs]  # both answer while both still run
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait(timeout=60)
+    assert sorted(line.split(" ", 1)[0] for line in said) == ["locked", "refused"], said
+    winner = procs[said.index("locked")]
+    refusal = next(line for line in said if line.startswith("refused"))
+    assert f"pid {winner.pid} on host" in refusal and "sweep.run_name=raced-2" in refusal
+    assert _lock_record(bucket, "raced") is None  # the winner released it at exit

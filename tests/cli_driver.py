@@ -1,4 +1,4 @@
-"""Waiting on a `raystream train` driver started as a subprocess by a test."""
+"""Waiting on a `raystream train` or `raystream sweep` driver started as a subprocess by a test."""
 
 import time
 

@@ -196,10 +196,7 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
                           "trials (its config changed); pick another sweep.run_name or leave it unset")
     lock = SweepLock(path, run_name).acquire()  # a second sweep of this name refuses here, naming the running one
 
-    from ray import tune
-
     from raystream.train.ray_start import start_ray
-    from raystream.tune.release import ReleaseStoppedTrials
 
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")  # trials keep the driver's working directory
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # eval/* arrive only in the final report
@@ -223,30 +220,11 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
     path.write_json(META_FILE, meta)
     closing = ParentClose(client, uri, parent_info, run_name, path, meta, session_start)
 
-    trainable = tune.with_parameters(
-        trial_main,
-        cells=[c.config for c in the_plan.cells],
-        info={"name": the_plan.name, "run_name": run_name, "parent_run_id": parent,
-              "sample_keys": list(the_plan.sample), "cell_values": [c.values for c in the_plan.cells], "fit": fit},
-    )
-    # The driver waits on its Train run: no CPU, a little memory (Ray needs a non-empty request).
-    trainable = tune.with_resources(trainable, {"CPU": 0, "memory": DRIVER_MEMORY})
-    resumed = tune.Tuner.can_restore(path.uri)
-    progress = [console.SweepConsole([c.values for c in the_plan.cells], list(the_plan.sample))] if not verbose else []
-    if resumed:
-        tuner = tune.Tuner.restore(path.uri, trainable=trainable, resume_unfinished=True, resume_errored=False,
-                                   restart_errored=False)
-    else:
-        tuner = tune.Tuner(trainable, tune_config=_tune_config(cfg, the_plan),
-                           run_config=tune.RunConfig(name=run_name, storage_path=storage.child("sweeps").uri,
-                                                     failure_config=tune.FailureConfig(max_failures=0),
-                                                     callbacks=[ReleaseStoppedTrials(), *progress],
-                                                     sync_config=tune.SyncConfig(sync_period=SYNC_PERIOD_S),
-                                                     verbose=verbose))
-    received: Dict[str, str] = {}  # SIGTERM stops the sweep as Ctrl-C does
+    received: Dict[str, str] = {}  # SIGTERM stops the sweep as Ctrl-C does, from here on
     try:
         try:
             with faults.sigterm_as_sigint(received):
+                resumed, tuner = _tuner(cfg, the_plan, path, storage, run_name, parent, fit, verbose)
                 grid = tuner.fit()
         except BaseException:
             error = closing.end("KILLED", received.get("signal", "SIGINT"))
@@ -269,6 +247,36 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
                         experiment=experiment, resumed=resumed, trials=trials, seconds=time.time() - started,
                         experiment_id=parent_info.experiment_id, unsent=closing.saved, tracking_error=error or "",
                         signal=received.get("signal", "SIGINT"))
+
+
+def _tuner(cfg: DictConfig, the_plan: SweepPlan, path: "results.Storage", storage: "results.Storage", run_name: str,
+           parent: str, fit: Callable, verbose: int):
+    """(resumed, the Tuner): `Tuner.restore` of the experiment at `path` when there is one, else a new Tuner."""
+    from ray import tune
+
+    from raystream.tune.release import ReleaseStoppedTrials
+
+    trainable = tune.with_parameters(
+        trial_main,
+        cells=[c.config for c in the_plan.cells],
+        info={"name": the_plan.name, "run_name": run_name, "parent_run_id": parent,
+              "sample_keys": list(the_plan.sample), "cell_values": [c.values for c in the_plan.cells], "fit": fit},
+    )
+    # The driver waits on its Train run: no CPU, a little memory (Ray needs a non-empty request).
+    trainable = tune.with_resources(trainable, {"CPU": 0, "memory": DRIVER_MEMORY})
+    resumed = tune.Tuner.can_restore(path.uri)
+    progress = [console.SweepConsole([c.values for c in the_plan.cells], list(the_plan.sample))] if not verbose else []
+    if resumed:
+        tuner = tune.Tuner.restore(path.uri, trainable=trainable, resume_unfinished=True, resume_errored=False,
+                                   restart_errored=False)
+    else:
+        tuner = tune.Tuner(trainable, tune_config=_tune_config(cfg, the_plan),
+                           run_config=tune.RunConfig(name=run_name, storage_path=storage.child("sweeps").uri,
+                                                     failure_config=tune.FailureConfig(max_failures=0),
+                                                     callbacks=[ReleaseStoppedTrials(), *progress],
+                                                     sync_config=tune.SyncConfig(sync_period=SYNC_PERIOD_S),
+                                                     verbose=verbose))
+    return resumed, tuner
 
 
 def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[str, Any]) -> Dict[str, Any]:

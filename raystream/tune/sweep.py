@@ -25,8 +25,8 @@ and `Tuner.restore`s it: finished trials are kept, unfinished
 ones continue (each Train run resumes from its own checkpoint: its name is `<run name>-<trial id>`), failed ones
 stay failed. The MLflow parent run id is kept beside the experiment, so the same parent run continues.
 Ctrl+C (exit 130) or SIGTERM (exit 143) ends the parent run and the child runs of the interrupted trials as KILLED.
-The parent's duration in MLflow is the time the sweep ran: its end time is its start time plus the seconds of every session (tag
-`raystream.active_seconds`), so the pause between an interrupt and the resume is not counted.
+The parent's duration in MLflow is the time the sweep ran: its end time is its start time plus the seconds of every
+session (tag `raystream.active_seconds`), so the pause between an interrupt and the resume is not counted.
 
 A tracking outage: a trial that trains to the end while the store does not answer is finished, its metric values in
 its run directory's unsent file; when the store is still away as the sweep ends, what the sweep writes to its parent

@@ -9,10 +9,13 @@ import torch
 
 def pytest_configure(config):
     """Demo videos go to a cache of the tests (kept between sessions, outside the user's home), never into
-    ~/.cache/raystream; subprocesses and Ray workers inherit it."""
+    ~/.cache/raystream; Ray Train polls its workers often. Subprocesses and Ray workers inherit both."""
     import tempfile
 
     os.environ.setdefault("RAYSTREAM_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"raystream-tests-{os.getuid()}"))
+    # The Train controller polls its workers every 2 s by default; tiny test runs finish faster at 0.25 s. Set for
+    # the whole session, so the `raystream` subprocesses of the end-to-end tests poll as fast as in-process runs.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
 
 
 @pytest.fixture(autouse=True)
@@ -28,8 +31,6 @@ def ray_cluster():
     """A local Ray cluster (or the one a previous fixture started); yields its GCS address."""
     import ray
 
-    # The Train controller polls its workers every 2 s by default; tiny test runs finish faster at 0.25 s.
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)

@@ -14,6 +14,7 @@ TINY = [
     "eval.metrics=[]",
     "optimizer.warmup_steps=2",
     "optimizer.weight_decay_end=0.5",  # the weight-decay schedule too (0.05 -> 0.5), through restarts
+    "trainer.correlation_steps=1",  # measured before step 0 of every run (1 pair, not 4: test_correlation.py checks it)
 ]
 
 

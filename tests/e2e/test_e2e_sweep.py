@@ -5,8 +5,8 @@ One sweep serves every test here (trials are minutes on 2 CPUs): smoke with the 
 and a second grid axis `scenario: [videomae, broken]`, where `broken` (a scenario group file written by the test:
 VideoMAE started from a checkpoint that does not fit it) makes its trials fail, so 2 trials train and 2 fail once their Train run has
 started (a corrupt video would now stop the whole sweep before Ray starts). It runs one trial at a time, is
-interrupted with Ctrl+C (SIGINT) once the first trial has finished, waits, and is started again with the same
-command, which resumes it.
+stopped with SIGTERM (a job scheduler, `timeout`; raystream handles it as Ctrl+C, with the signal named) once the
+first trial has finished, waits, and is started again with the same command, which resumes it.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def sweep(tmp_path_factory):
     cmd = [sys.executable, "-m", "raystream.cli", "sweep", *OVERRIDES]
     db = tmp / "mlflow.db"
 
-    # Phase 1: run until the first trial's MLflow child run is FINISHED, then Ctrl+C.
+    # Phase 1: run until the first trial's MLflow child run is FINISHED, then SIGTERM.
     t0 = time.time()
     log1 = open(tmp / "phase1.log", "w")
     proc = subprocess.Popen(cmd, cwd=tmp, env=_env(tmp), stdout=log1, stderr=subprocess.STDOUT)
@@ -75,12 +75,14 @@ def sweep(tmp_path_factory):
                 done = []
             first = done[0] if done else None
     assert first is not None, (tmp / "phase1.log").read_text()[-3000:]
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGTERM)
     rc1 = proc.wait(timeout=180)
     phase1 = time.time() - t0
     client = MlflowClient(f"sqlite:///{db}")
-    after_interrupt = {r.info.run_id: r.info.status for r in _children(client)}
-    parent_after_interrupt = client.get_run(first.data.tags["mlflow.parentRunId"]).info.status
+    after_interrupt = {r.info.run_id: (r.info.status, r.data.tags.get("raystream.error", ""))
+                       for r in _children(client)}
+    parent_after_interrupt = client.get_run(first.data.tags["mlflow.parentRunId"])
+    locked_after_interrupt = list((tmp / "raystream_results" / "sweeps").glob("*/.raystream_sweep.lock"))
     time.sleep(PAUSE_S)
 
     # Phase 2: the same command again resumes the sweep.
@@ -88,7 +90,8 @@ def sweep(tmp_path_factory):
     out = subprocess.run(cmd, cwd=tmp, env=_env(tmp), capture_output=True, text=True, timeout=900)
     return {"tmp": tmp, "rc1": rc1, "first": first, "out": out, "client": MlflowClient(f"sqlite:///{db}"),
             "phase1_s": phase1, "phase2_s": time.time() - t1, "phase2_start_ms": t1 * 1000,
-            "after_interrupt": after_interrupt, "parent_after_interrupt": parent_after_interrupt}
+            "after_interrupt": after_interrupt, "parent_after_interrupt": parent_after_interrupt,
+            "locked_after_interrupt": locked_after_interrupt}
 
 
 def _parent(sweep):
@@ -98,7 +101,7 @@ def _parent(sweep):
 
 def test_interrupted_sweep_resumes_without_redoing_finished_trials(sweep):
     out = sweep["out"]
-    assert sweep["rc1"] == 130, (sweep["tmp"] / "phase1.log").read_text()[-3000:]
+    assert sweep["rc1"] == 143, (sweep["tmp"] / "phase1.log").read_text()[-3000:]  # 128 + SIGTERM
     phase1 = (sweep["tmp"] / "phase1.log").read_text()
     assert "run the same command again" in phase1 and "Tuner.restore" not in phase1  # one resume hint
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -180,8 +183,14 @@ def test_failed_trials_are_failed_child_runs_with_grid_values_and_reason(sweep):
 
 
 def test_an_interrupt_leaves_no_trial_running_and_the_pause_is_not_counted(sweep):
-    assert sweep["parent_after_interrupt"] == "KILLED"
-    assert "RUNNING" not in sweep["after_interrupt"].values(), sweep["after_interrupt"]
+    parent_then = sweep["parent_after_interrupt"]
+    assert parent_then.info.status == "KILLED"
+    assert parent_then.data.tags["raystream.error"].startswith("interrupted (SIGTERM"), parent_then.data.tags
+    statuses = [status for status, _ in sweep["after_interrupt"].values()]
+    assert "RUNNING" not in statuses, sweep["after_interrupt"]
+    for status, error in sweep["after_interrupt"].values():  # the stopped trial: interrupted, not ActorDiedError
+        assert status != "KILLED" or error.startswith("interrupted (SIGTERM"), sweep["after_interrupt"]
+    assert not sweep["locked_after_interrupt"], "the sweep lock was not given back"
     parent = _parent(sweep)
     duration_s = (parent.info.end_time - parent.info.start_time) / 1000
     assert duration_s <= sweep["phase1_s"] + sweep["phase2_s"] + 5, (duration_s, sweep["phase1_s"], sweep["phase2_s"])

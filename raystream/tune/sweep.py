@@ -226,13 +226,15 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
             with faults.sigterm_as_sigint(received):
                 resumed, tuner = _tuner(cfg, the_plan, path, storage, run_name, parent, fit, verbose)
                 grid = tuner.fit()
-        except BaseException:
-            error = closing.end("KILLED", received.get("signal", "SIGINT"))
+        except BaseException as exc:  # interrupted (KILLED), or Tune itself failed (FAILED, with its error)
+            interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit)) or bool(received)
+            error = closing.end("KILLED" if interrupted else "FAILED", received.get("signal", "SIGINT"),
+                                failure=None if interrupted else error_text(exc))
             if error:
-                print(f"raystream: sweep {run_name} interrupted, and the MLflow tracking store at {uri} does not "
-                      f"answer ({error}): the end of the session is saved in {closing.saved}, and written when the "
-                      f"sweep resumes (or by `{unsent.UPLOAD_COMMAND} {shlex.quote(closing.saved)}`)",
-                      file=sys.stderr, flush=True)
+                print(f"raystream: sweep {run_name} {'interrupted' if interrupted else 'failed'}, and the MLflow "
+                      f"tracking store at {uri} does not answer ({error}): the end of the session is saved in "
+                      f"{closing.saved}, and written when the sweep resumes (or by `{unsent.UPLOAD_COMMAND} "
+                      f"{shlex.quote(closing.saved)}`)", file=sys.stderr, flush=True)
             raise
         saved = _saved_trials(path.uri)
         trials = [_outcome(r, the_plan, saved) for r in grid]
@@ -561,8 +563,9 @@ class ParentClose:
         self.saved: Optional[str] = None  # the unsent file, when the store did not answer
 
     def record(self, status: str, signame: str = "SIGINT", trials: Optional[Sequence[TrialOutcome]] = None,
-               view: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-        """What to write, as an unsent file's header (`raystream.tracking.unsent`)."""
+               view: Optional[Sequence[str]] = None, failure: Optional[str] = None) -> Dict[str, Any]:
+        """What to write, as an unsent file's header (`raystream.tracking.unsent`). `failure`: why the sweep itself
+        failed (`raystream.error` of a FAILED parent)."""
         active = float(self.meta.get("active_s", 0.0)) + (time.time() - self.session_start)
         self.meta["active_s"] = active
         tags = {names.ACTIVE_SECONDS_TAG: f"{active:.1f}"}
@@ -577,6 +580,8 @@ class ParentClose:
         if view is not None:
             key, state = ui.view_tag(self.run_name, view)
             header["experiment_tags"] = {self.experiment_id: {key: state}}
+        if failure:
+            tags[ERROR_TAG] = failure
         if status == "KILLED":
             cause = faults.interrupted_cause(signame)
             tags[ERROR_TAG] = cause
@@ -585,10 +590,10 @@ class ParentClose:
         return header
 
     def end(self, status: str, signame: str = "SIGINT", trials: Optional[Sequence[TrialOutcome]] = None,
-            view: Optional[Sequence[str]] = None) -> Optional[str]:
+            view: Optional[Sequence[str]] = None, failure: Optional[str] = None) -> Optional[str]:
         """Write the end of this session with `status`; None when written, else why the store refused it (what it
         did not take is then in `self.saved`)."""
-        header = self.record(status, signame, trials, view)
+        header = self.record(status, signame, trials, view, failure)
         self.path.write_json(META_FILE, self.meta)
         try:
             with failing_fast():

@@ -102,3 +102,13 @@ def test_an_interrupt_during_an_outage_is_saved_and_written_when_the_sweep_resum
     assert not unsent.exists(closing.saved)
     upload_last_session(where, uri)  # nothing left: no-op
     assert "WARNING" not in capsys.readouterr().err
+
+
+def test_a_sweep_whose_tuner_fails_ends_its_parent_failed_with_the_error(tmp_path):
+    uri, p, parent = _sweep(tmp_path)
+    client = MlflowClient(uri)
+    closing = ParentClose(client, uri, client.get_run(parent).info, "smoke-x", storage.resolve(str(tmp_path)),
+                          {"active_s": 0.0}, time.time())
+    assert closing.end("FAILED", failure="TuneError: experiment state is corrupt") is None
+    run = client.get_run(parent)
+    assert run.info.status == "FAILED" and run.data.tags[names.ERROR_TAG] == "TuneError: experiment state is corrupt"

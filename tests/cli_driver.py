@@ -1,6 +1,25 @@
-"""Waiting on a `raystream train` or `raystream sweep` driver started as a subprocess by a test."""
+"""A `raystream train` driver started as a subprocess by a test, and waiting on it (or on a `raystream sweep`)."""
 
+import subprocess
+import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Dict, Iterator, Sequence
+
+
+@contextmanager
+def train_process(overrides: Sequence[str], env: Dict[str, str], cwd: Path, stderr_file: Path) -> Iterator:
+    """`raystream train <overrides>` running in `cwd` with `env`, its stderr in `stderr_file`; killed when the block
+    ends (whatever the test asserted)."""
+    with open(stderr_file, "w") as stderr:
+        driver = subprocess.Popen([sys.executable, "-m", "raystream.cli", "train", *overrides], env=env, cwd=cwd,
+                                  stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            yield driver
+        finally:
+            driver.kill()
+            driver.wait()
 
 
 def wait_for(driver, stderr_file, ready, timeout_s: float, what: str, poll_s: float = 0.1) -> None:

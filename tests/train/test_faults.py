@@ -88,11 +88,9 @@ def test_sigterm_ends_the_run_killed_with_the_cause(ray_cluster, tiny_overrides,
     import json
     import os
     import signal
-    import subprocess
-    import sys
     from pathlib import Path
 
-    from cli_driver import wait_for
+    from cli_driver import train_process, wait_for
     from raystream.tracking import client as make_client
     from raystream.train import checkpoint
 
@@ -100,16 +98,10 @@ def test_sigterm_ends_the_run_killed_with_the_cause(ray_cluster, tiny_overrides,
     env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_STEP_DELAY_S": "1"}
     run_dir = Path(workdir["storage"]) / "termed"
     err = workdir["dir"] / "termed.stderr"
-    with open(err, "w") as stderr:
-        driver = subprocess.Popen([sys.executable, "-m", "raystream.cli", "train", *overrides], env=env,
-                                  cwd=workdir["dir"], stdout=subprocess.DEVNULL, stderr=stderr)
-        try:
-            wait_for(driver, err, lambda: list(run_dir.glob("checkpoint_0*")), 200, "no checkpoint", poll_s=0.2)
-            driver.send_signal(signal.SIGTERM)
-            assert driver.wait(timeout=120) == 143, err.read_text()[-3000:]
-        finally:
-            driver.kill()
-            driver.wait()
+    with train_process(overrides, env, workdir["dir"], err) as driver:
+        wait_for(driver, err, lambda: list(run_dir.glob("checkpoint_0*")), 200, "no checkpoint", poll_s=0.2)
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=120) == 143, err.read_text()[-3000:]
     assert "interrupted (SIGTERM)" in err.read_text() and "trainer.run_name=termed" in err.read_text()
     run_id = json.loads((run_dir / "raystream_run.json").read_text())["mlflow_run_id"]
     run = make_client(workdir["mlflow"]).get_run(run_id)
@@ -125,29 +117,21 @@ def test_a_storage_path_failing_mid_run_ends_the_run_failed_naming_the_path(ray_
     the cause in `raystream.error`, and no retry loop keeps it going (Ray Train's controller fails the run)."""
     import json
     import os
-    import subprocess
-    import sys
     from pathlib import Path
 
-    from cli_driver import wait_for
+    from cli_driver import train_process, wait_for
     from raystream.tracking import client as make_client
 
     overrides = tiny_overrides("trainer.num_workers=1", "trainer.run_name=lost")
     env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_STEP_DELAY_S": "1"}
     run_dir = Path(workdir["storage"]) / "lost"
     err = workdir["dir"] / "lost.stderr"
-    with open(err, "w") as stderr:
-        driver = subprocess.Popen([sys.executable, "-m", "raystream.cli", "train", *overrides], env=env,
-                                  cwd=workdir["dir"], stdout=subprocess.DEVNULL, stderr=stderr)
-        try:
-            wait_for(driver, err, lambda: list(run_dir.glob("checkpoint_0*")), 200, "no checkpoint", poll_s=0.2)
-            run_id = json.loads((run_dir / "raystream_run.json").read_text())["mlflow_run_id"]
-            run_dir.rename(run_dir.with_name("lost.moved"))
-            run_dir.write_text("the storage is gone")
-            rc = driver.wait(timeout=180)
-        finally:
-            driver.kill()
-            driver.wait()
+    with train_process(overrides, env, workdir["dir"], err) as driver:
+        wait_for(driver, err, lambda: list(run_dir.glob("checkpoint_0*")), 200, "no checkpoint", poll_s=0.2)
+        run_id = json.loads((run_dir / "raystream_run.json").read_text())["mlflow_run_id"]
+        run_dir.rename(run_dir.with_name("lost.moved"))
+        run_dir.write_text("the storage is gone")
+        rc = driver.wait(timeout=180)
     text = err.read_text()
     assert rc == 1, text[-3000:]
     assert "raystream train: training failed" in text and str(run_dir) in text, text[-3000:]
@@ -170,11 +154,10 @@ def test_a_local_run_listens_on_loopback_only(tiny_overrides, workdir):
     it trains to the end on the others, and its MLflow run records the skipped one and why."""
     import json
     import os
-    import subprocess
-    import sys
     import time
     from pathlib import Path
 
+    from cli_driver import train_process
     from listeners import descendants, is_loopback, listening
 
     from raystream.config import compose
@@ -194,20 +177,14 @@ def test_a_local_run_listens_on_loopback_only(tiny_overrides, workdir):
     env["RAYSTREAM_STEP_DELAY_S"] = "0.5"
     err = workdir["dir"] / "loopback.stderr"
     seen = {}
-    with open(err, "w") as stderr:
-        driver = subprocess.Popen([sys.executable, "-m", "raystream.cli", "train", *overrides], env=env,
-                                  cwd=workdir["dir"], stdout=subprocess.DEVNULL, stderr=stderr)
-        try:
-            deadline = time.time() + 400
-            while driver.poll() is None and time.time() < deadline:
-                for pid in descendants(driver.pid):
-                    for address, port in listening(pid):
-                        seen[(pid, address, port)] = True
-                time.sleep(0.5)
-            assert driver.wait(timeout=60) == 0, err.read_text()[-3000:]
-        finally:
-            driver.kill()
-            driver.wait()
+    with train_process(overrides, env, workdir["dir"], err) as driver:
+        deadline = time.time() + 400
+        while driver.poll() is None and time.time() < deadline:
+            for pid in descendants(driver.pid):
+                for address, port in listening(pid):
+                    seen[(pid, address, port)] = True
+            time.sleep(0.5)
+        assert driver.wait(timeout=60) == 0, err.read_text()[-3000:]
     assert len({pid for pid, _, _ in seen}) >= 4, seen  # GCS, raylet, the workers at least
     outside = sorted(k for k in seen if not is_loopback(k[1]))
     assert not outside, f"listeners off the loopback interface (pid, address, port): {outside}; all: {sorted(seen)}"

@@ -13,14 +13,12 @@ a controller and a worker group:
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from cli_driver import wait_for
+from cli_driver import train_process, wait_for
 from raystream.config import ConfigError
 from raystream.tracking import client as make_client
 from raystream.train import checkpoint
@@ -168,18 +166,12 @@ def test_interrupted_run_resumes_from_newest_complete_checkpoint(ray_cluster, ti
     env.pop("RAYSTREAM_FAIL_AT_STEP", None)
     run_dir = Path(workdir["storage"]) / "killed"
     err = workdir["dir"] / "killed.stderr"
-    with open(err, "w") as stderr:
-        driver = subprocess.Popen([sys.executable, "-m", "raystream.cli", "train", *overrides], env=env,
-                                  cwd=workdir["dir"], stdout=subprocess.DEVNULL, stderr=stderr)
-        try:
-            wait_for(driver, err,
-                     lambda: (checkpoint.latest(*_local(run_dir)) or ("", {"next_step": 0}))[1]["next_step"] >= 4,
-                     150, "no second checkpoint")
-            driver.send_signal(signal.SIGINT)
-            assert driver.wait(timeout=90) == 130, err.read_text()
-        finally:
-            driver.kill()
-            driver.wait()
+    with train_process(overrides, env, workdir["dir"], err) as driver:
+        wait_for(driver, err,
+                 lambda: (checkpoint.latest(*_local(run_dir)) or ("", {"next_step": 0}))[1]["next_step"] >= 4,
+                 150, "no second checkpoint")
+        driver.send_signal(signal.SIGINT)
+        assert driver.wait(timeout=90) == 130, err.read_text()
     # Ray's record (checkpoint_manager_snapshot.json) names checkpoint 2 at best here: its controller had not polled
     # since checkpoint 4 reached storage.
     message = err.read_text()

@@ -9,7 +9,7 @@ reason; each caller names its own config key around it.
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 
 class UriError(ValueError):
@@ -52,7 +52,8 @@ def bucket_uri(uri: str) -> str:
     return f"{head.partition('://')[0]}://{path_in_store(head).split('/', 1)[0]}{sep}{query}"
 
 
-def first_line(exc: BaseException) -> str:
-    """`Type: first line of the message` of an exception from a filesystem (their messages run to many lines)."""
+def first_line(exc: BaseException, max_chars: Optional[int] = None) -> str:
+    """`Type: first line of the message` of an exception from a filesystem or a service (their messages run to many
+    lines), the message cut at `max_chars` when given."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return f"{type(exc).__name__}: {text[0][:max_chars]}" if text else type(exc).__name__

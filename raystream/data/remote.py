@@ -20,6 +20,7 @@ from typing import Dict, List, Optional, Sequence
 from raystream.data.errors import DataError
 from raystream.uris import UriError, bucket_uri, filesystem_of, first_line, path_in_store, uri_of
 
+
 @dataclass(frozen=True)
 class RemoteObject:
     """One object of a store: its URI and what identifies its version (size, modification time, ETag when

@@ -30,6 +30,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional
 
 from raystream.tracking import unsent as unsent_file
 from raystream.tracking.store import client as make_client
+from raystream.uris import first_line
 
 MAX_METRICS_PER_BATCH = unsent_file.MAX_METRICS_PER_BATCH
 MAX_BUFFERED = 500_000  # metric values held during an outage (~100 MB); beyond it new ones are dropped and counted
@@ -38,11 +39,7 @@ HTTP_TIMEOUT_S = "10"  # MLflow's request timeout in this process (its default, 
 MAX_BACKOFF_S = 10.0
 CLOSE_TIMEOUT_S = 60.0  # at the end of a run: time to write what is buffered while the store answers
 OUTAGE_CLOSE_TIMEOUT_S = 10.0  # ... and while it does not (one more try)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+ERROR_CHARS = 300  # of a store's error message in a warning
 
 
 class StepLogger:
@@ -144,7 +141,8 @@ class StepLogger:
         try:
             found = unsent_file.read(self.unsent)
         except Exception as exc:
-            print(f"raystream: WARNING: cannot read {self.unsent}: {_first_line(exc)}", file=sys.stderr, flush=True)
+            print(f"raystream: WARNING: cannot read {self.unsent}: {first_line(exc, ERROR_CHARS)}", file=sys.stderr,
+                  flush=True)
             return
         if found is None:
             return
@@ -165,7 +163,7 @@ class StepLogger:
             unsent_file.write(self.unsent, {"mlflow_run_id": self.run_id, "tracking_uri": self.uri}, metrics)
             self._spilled = len(metrics)
         except Exception as exc:  # the storage too: keep them in memory
-            print(f"raystream: WARNING: cannot save unsent metrics to {self.unsent}: {_first_line(exc)}",
+            print(f"raystream: WARNING: cannot save unsent metrics to {self.unsent}: {first_line(exc, ERROR_CHARS)}",
                   file=sys.stderr, flush=True)
 
     # ---- the writer thread --------------------------------------------------------------------------------------
@@ -217,7 +215,7 @@ class StepLogger:
         now = time.monotonic()
         if self._failing_since is None:
             self._failing_since = now
-        self._error = _first_line(exc)
+        self._error = first_line(exc, ERROR_CHARS)
         if not self._warned and now - self._failing_since >= self.warn_after_s:
             self._warned = True
             where = f"; saved to {self.unsent} at each flush" if self.unsent else ""
@@ -239,5 +237,6 @@ class StepLogger:
             unsent_file.remove(self.unsent)
             self._spilled = 0
         except Exception as exc:
-            print(f"raystream: WARNING: cannot remove {self.unsent}: {_first_line(exc)}", file=sys.stderr, flush=True)
+            print(f"raystream: WARNING: cannot remove {self.unsent}: {first_line(exc, ERROR_CHARS)}", file=sys.stderr,
+                  flush=True)
             self._spilled = 0

@@ -55,6 +55,10 @@ class TrackingStoreError(RuntimeError):
     """The MLflow tracking store cannot be reached, opened or written; the message names the URI."""
 
 
+class StoreNotAnswering(TrackingStoreError):
+    """A tracking server gave no answer (refused, timed out, HTTP 5xx): it may be back later, unlike a refusal."""
+
+
 SERVER_ATTEMPTS, SERVER_TIMEOUT_S = 3, 5.0  # prepare_store's request to a tracking server: at most ~20 s in all
 
 
@@ -150,7 +154,7 @@ def _ask_server(uri: str) -> None:
         if i < SERVER_ATTEMPTS - 1:
             time.sleep(1.0 * (i + 1))
     reason = str(last).splitlines()[0] if last is not None and str(last) else type(last).__name__
-    raise TrackingStoreError(f"MLflow tracking URI {uri}: no answer after {SERVER_ATTEMPTS} tries "
+    raise StoreNotAnswering(f"MLflow tracking URI {uri}: no answer after {SERVER_ATTEMPTS} tries "
                              f"({SERVER_TIMEOUT_S:g} s each): {reason[:300]}")
 
 
@@ -169,9 +173,7 @@ def wait_for_store(uri: str, what: str, timeout_s: float = STORE_WAIT_S, poll_s:
     while True:
         try:
             _ask_server(uri)
-        except TrackingStoreError as exc:
-            if "no answer" not in str(exc):
-                raise
+        except StoreNotAnswering as exc:
             if time.monotonic() >= deadline:
                 raise TrackingStoreError(f"{what}: {exc}; waited {timeout_s:.0f} s for it") from None
             if waited_since is None:

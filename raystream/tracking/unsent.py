@@ -96,17 +96,6 @@ def remove(where: str) -> None:
         fs.delete_file(path)
 
 
-def set_end_status(where: str, status: str) -> int:
-    """Record in the file that the run ended with `status` (the upload closes the MLflow run so); how many values
-    it holds."""
-    found = read(where)
-    if found is None:
-        return 0
-    header, metrics = found
-    write(where, {**header, "end_status": status}, metrics)
-    return len(metrics)
-
-
 def recorded_steps(client, run_id: str, keys: Optional[Iterable[str]] = None) -> Dict[str, int]:
     """The highest step MLflow holds for each metric of run `run_id` (only `keys` when given)."""
     if keys is None:

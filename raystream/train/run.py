@@ -44,6 +44,7 @@ from raystream.train.capacity import cluster_capacity
 from raystream.train.divergence import DivergedError, raise_if_diverged
 from raystream.train.preflight import check_local_cpus, check_resources, stream_plan
 from raystream.train.ray_start import start_ray
+from raystream.uris import first_line
 
 RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
@@ -121,10 +122,9 @@ def finish_run(client, uri: str, run_id: str, path: str, end: Dict[str, Any]) ->
             unsent.apply(client, header, metrics, attempts=8)  # 8: sqlite shared by a sweep's trials
     except Exception as exc:
         unsent.write(path, header, metrics)
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
         raise TrackingUnavailable(
-            f"training finished, but the MLflow tracking store at {uri} does not answer ({type(exc).__name__}: "
-            f"{first}): {len(metrics)} metric values and the run's end (status, config, plots, model) are saved in "
+            f"training finished, but the MLflow tracking store at {uri} does not answer ({first_line(exc, 300)}): "
+            f"{len(metrics)} metric values and the run's end (status, config, plots, model) are saved in "
             f"{path}, and MLflow run {run_id} stays RUNNING. When the store answers, write them and close the run "
             f"with:\n  {unsent.UPLOAD_COMMAND} {shlex.quote(path)}", path) from None
     if found is not None:

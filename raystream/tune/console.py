@@ -92,7 +92,13 @@ def error_reason(trial) -> str:
         text = Path(trial.error_file).read_text() if trial.error_file else ""
     except OSError:
         return ""
-    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")[:ERROR_CHARS]
+    return last_line(text, ERROR_CHARS)
+
+
+def last_line(text: str, max_chars: int, default: str = "") -> str:
+    """The last non-empty line of `text` (Ray wraps a trial's error: its last line is the cause), cut at
+    `max_chars`; `default` when there is none."""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), default)[:max_chars]
 
 
 def metrics_text(result: Dict[str, Any], extra: Optional[Dict[str, Any]] = None) -> str:

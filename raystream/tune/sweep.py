@@ -65,6 +65,7 @@ from raystream.tune.concurrency import trials_in_flight
 from raystream.tune.lock import SweepLock
 from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import SweepPlan, apply_values, optuna_space, plan, structured
+from raystream.uris import first_line
 
 META_FILE = "raystream_sweep.json"
 DRIVER_MEMORY = 200 * 1024 ** 2  # bytes reserved by each trial's driver (the function trainable)
@@ -330,8 +331,7 @@ def trial_tags(info: Dict[str, Any], cell: int, trial_id: str, sampled: Dict[str
 
 def error_text(exc: BaseException) -> str:
     """The last non-empty line of `Type: message` (Ray wraps the worker's error; its last line is the cause)."""
-    lines = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    return next((line.strip() for line in reversed(lines) if line.strip()), type(exc).__name__)[:ERROR_CHARS]
+    return console.last_line(f"{type(exc).__name__}: {exc}", ERROR_CHARS, default=type(exc).__name__)
 
 
 def record_failed_trial(uri: str, parent_run_id: str, run_name: str, tags: Dict[str, str],
@@ -600,7 +600,6 @@ class ParentClose:
                 unsent.apply(self.client, header, [])
             return None
         except Exception as exc:
-            text = (str(exc).strip().splitlines() or [""])[0][:300]
             self.saved = unsent.path_in(self.path.uri, unsent.SWEEP_FILE_NAME)
             unsent.write(self.saved, header, [])
-            return f"{type(exc).__name__}: {text}"
+            return first_line(exc, 300)

@@ -36,6 +36,17 @@ def filesystem_of(uri: str) -> Tuple[Any, str]:
         raise UriError(first_line(exc)) from None
 
 
+def filesystem_at(where: str) -> Tuple[Any, str]:
+    """(pyarrow filesystem, path) of `where`: an object-store URI (`filesystem_of`) or a local path."""
+    import os
+
+    import pyarrow.fs as pafs
+
+    if is_uri(where):
+        return filesystem_of(where)
+    return pafs.LocalFileSystem(), os.path.abspath(where)
+
+
 def uri_of(scheme: str, fs_path: str) -> str:
     """The URI of `fs_path` (bucket/key) in a filesystem opened from a `scheme` URI."""
     return f"{scheme}://{fs_path.lstrip('/')}"

@@ -27,6 +27,8 @@ import os
 import tempfile
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from raystream.uris import filesystem_at
+
 FILE_NAME = "unsent_metrics.jsonl"
 SWEEP_FILE_NAME = "unsent_tracking.jsonl"
 UPLOAD_COMMAND = "raystream tracking upload"
@@ -39,18 +41,12 @@ def path_in(run_dir: str, name: str = FILE_NAME) -> str:
     return f"{run_dir.rstrip('/')}/{name}"
 
 
-def _fs(where: str):
-    import pyarrow.fs as pafs
-
-    return pafs.FileSystem.from_uri(where)
-
-
 def write(where: str, header: Dict[str, Any], metrics: Iterable[Any]) -> None:
     """Write the file `where` (replacing it; atomically on a local disk) with `header` and the `Metric`s."""
     lines = [json.dumps(header, sort_keys=True)]
     lines += [json.dumps({"key": m.key, "value": m.value, "step": m.step, "timestamp": m.timestamp}) for m in metrics]
     data = ("\n".join(lines) + "\n").encode()
-    fs, path = _fs(where)
+    fs, path = filesystem_at(where)
     parent = path.rsplit("/", 1)[0]
     fs.create_dir(parent, recursive=True)
     if "://" not in where:
@@ -68,7 +64,7 @@ def read(where: str) -> Optional[Tuple[Dict[str, Any], List[Any]]]:
     import pyarrow.fs as pafs
     from mlflow.entities import Metric
 
-    fs, path = _fs(where)
+    fs, path = filesystem_at(where)
     if fs.get_file_info(path).type != pafs.FileType.File:
         return None
     with fs.open_input_stream(path) as f:
@@ -84,14 +80,14 @@ def read(where: str) -> Optional[Tuple[Dict[str, Any], List[Any]]]:
 def exists(where: str) -> bool:
     import pyarrow.fs as pafs
 
-    fs, path = _fs(where)
+    fs, path = filesystem_at(where)
     return fs.get_file_info(path).type == pafs.FileType.File
 
 
 def remove(where: str) -> None:
     import pyarrow.fs as pafs
 
-    fs, path = _fs(where)
+    fs, path = filesystem_at(where)
     if fs.get_file_info(path).type == pafs.FileType.File:
         fs.delete_file(path)
 
@@ -163,7 +159,7 @@ def _log_files(client, run_id: str, folder: str, sources: List[str], attempts: i
 
     with tempfile.TemporaryDirectory(prefix="raystream-artifact-") as d:
         for source in sources:
-            fs, path = _fs(source)
+            fs, path = filesystem_at(source)
             if fs.get_file_info(path).type != pafs.FileType.File:
                 continue
             local = os.path.join(d, path.rsplit("/", 1)[-1])

@@ -115,10 +115,3 @@ def test_the_smallest_demo_canvas_the_check_accepts_is_one_decord_reads(tmp_path
     with pytest.raises(ConfigError, match=r"data\.demo\.canvas"):
         compose(["data.demo.canvas=17"])
 
-
-def test_tests_keep_demo_videos_out_of_the_users_home_cache():
-    import os
-
-    cache = compose([]).data.demo.cache_dir
-    assert cache == os.path.join(os.environ["RAYSTREAM_CACHE_DIR"], "demo")
-    assert not os.path.expanduser(cache).startswith(os.path.expanduser("~/.cache"))

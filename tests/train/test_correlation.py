@@ -132,8 +132,14 @@ def test_the_workers_micro_batch_is_the_training_batch_unless_set():
 REGIME_STEPS = 3
 PINNED = {"sequential": 0.9750550985336304, "shuffled": 0.14115043357014656,
           "sequential_raw": 0.9962745110193888, "shuffled_raw": 0.9629306793212891}
-# micro-batches and ranks sum the same gradient in another order: float32 rounding, not a different figure
-TOL = 2e-6
+# The figures are cosines of float32 gradients, and their last bits depend on the order in which the sums run:
+# oneDNN and ATen choose their vector kernels by the CPU's instruction set, and micro-batches and ranks add the
+# batch's gradient up in other orders again. Two machines of CI's size gave figures 3.2e-6 apart. The centred figures
+# divide by the norm of g - mean(g), here about a thirtieth of |g| (shuffled_raw is 0.963), which magnifies that
+# rounding about thirtyfold. So figures are compared to TOL = 1e-4 absolute (on values in [-1, 1]): thirty times the
+# spread seen, and ten times below what any change of the computation moves them by (another pair of steps, a lost
+# micro-batch or shard, another mask: 1e-3 or more; tests/train/test_correlation.py checks one such change).
+TOL = 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +156,7 @@ def test_regime_figures_at_world_size_one_are_unchanged(regime):
     torch.set_num_threads(1)
     result = correlation.measure(compose(regime), steps=REGIME_STEPS)
     assert result["steps"] == [0, 30, 60] and result["micro_batch"] == 4
-    assert _figures(result) == pytest.approx(PINNED, abs=1e-7)
+    assert _figures(result) == pytest.approx(PINNED, abs=TOL)
 
 
 def test_micro_batches_give_the_whole_batch_figures(regime):

@@ -4,6 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # CPU wheel of torch for machines with none; GPU users install their own torch first (any version in the range).
 TORCH_CPU ?= torch==2.13.0
+TIMM_VERSION ?= 1.0.31
 
 .PHONY: venv torch install install-dev demo test test-fast clean
 
@@ -20,8 +21,13 @@ torch: venv
 install: torch
 	$(BIN)/python -m pip install -q -e .
 
+# timm (the reference of the timm-checkpoint tests) is installed without its dependencies: its `torchvision`
+# requirement would let pip pull the newest torchvision and, with it, the newest (CUDA) torch over the CPU one. The
+# timm tests run where a torchvision matching the installed torch imports (a CUDA torch with PyPI's torchvision, or a
+# CPU torch with torchvision from download.pytorch.org/whl/cpu); elsewhere they are skipped, saying why.
 install-dev: torch
 	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q --no-deps "timm==$(TIMM_VERSION)"
 
 demo: install
 	$(BIN)/raystream sweep

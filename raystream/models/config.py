@@ -12,8 +12,12 @@ from raystream.checks import Check, one_of
 class BackboneConfig:
     """A ViT backbone: a preset (tiny | small | base | large) and optional overrides of its shape.
 
-    `init`: `random` (seeded by `seed` and the run seed), a local `.pt`/`.safetensors` state dict, or a raystream
-    checkpoint / run directory (its `model.pt`); see raystream/models/checkpoint.py.
+    `init`: `random` (seeded by `seed` and the run seed), a local `.pt`/`.safetensors` state dict (raystream's, or a
+    published one: DINO/DoRA, timm, transformers ViT, official VideoMAE), or a raystream checkpoint / run directory
+    (its `model.pt`); see raystream/models/checkpoint.py and published.py. `init_from`: which network of a DINO/DoRA
+    training checkpoint (`teacher`, DINO's evaluation default, or `student`).
+    `pos_embed` (video backbones): `sinusoid` (VideoMAE) or `learned` (an image checkpoint's [CLS] and 2-D positions,
+    shared by the time slices). `qkv_bias`: `qkv` (timm/DINO) or `qv` (VideoMAE's q and v biases, no k bias).
     """
 
     preset: str = "tiny"
@@ -24,6 +28,9 @@ class BackboneConfig:
     tubelet_size: int = 2
     in_chans: int = 3
     init: str = "random"
+    init_from: str = "teacher"  # teacher | student (DINO/DoRA training checkpoints)
+    pos_embed: str = "sinusoid"  # sinusoid | learned (video backbones; images always learn theirs)
+    qkv_bias: str = "qkv"  # qkv | qv
     seed: int = 0
 
 
@@ -92,6 +99,9 @@ BACKBONE_PRESETS = ("tiny", "small", "base", "large")
 MASK_MODES = ("per_sample", "per_batch", "fixed")
 DORA_LOSS_RULES = ("paper", "official")
 DECODERS = ("transformer", "linear")
+INIT_FROM = ("teacher", "student")
+POS_EMBEDS = ("sinusoid", "learned")
+QKV_BIASES = ("qkv", "qv")
 
 CHECKS = [
     one_of("name", SCENARIOS),
@@ -103,6 +113,9 @@ CHECKS = [
     Check("backbone.tubelet_size", lambda v: v >= 1, "an integer >= 1 (frames per tubelet)"),
     Check("backbone.in_chans", lambda v: v >= 1, "an integer >= 1 (colour channels)"),
     Check("backbone.init", lambda v: bool(v), "random, a .pt/.safetensors file or a checkpoint dir"),
+    one_of("backbone.init_from", INIT_FROM),
+    one_of("backbone.pos_embed", POS_EMBEDS),
+    one_of("backbone.qkv_bias", QKV_BIASES),
     one_of("decoder", DECODERS),
     Check("decoder_depth", lambda v: v >= 1, "an integer >= 1"),
     Check("decoder_dim", lambda v: v is None or v >= 1, "null (half the encoder's) or an integer >= 1"),

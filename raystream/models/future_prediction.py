@@ -83,5 +83,5 @@ def build_future_prediction(scenario_cfg: ScenarioConfig, stream_cfg: Any, seed:
         raise ValueError(problem)
     encoder, decoder = build_encoder_decoder(scenario_cfg, stream_cfg, seed)
     model = FuturePredictor(encoder, decoder, target_frames=target_frames)
-    initialise(model, scenario_cfg.backbone.init)
-    return FuturePredictionScenario(model, seed)
+    loaded = initialise(model, scenario_cfg.backbone.init, init_from=str(scenario_cfg.backbone.init_from))
+    return FuturePredictionScenario(model, seed, init_line=loaded.line if loaded else None)

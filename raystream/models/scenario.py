@@ -58,6 +58,13 @@ def build_scenario(scenario_cfg: ScenarioConfig, stream_cfg: Any, seed: int = 0)
     return _REGISTRY[name](scenario_cfg, stream_cfg, int(seed))
 
 
+def check_init(scenario_cfg: ScenarioConfig, stream_cfg: Any, seed: int = 0) -> Optional[str]:
+    """The line `scenario.backbone.init` would give, checked on a model built on the meta device (no weights are
+    allocated or copied); raises CheckpointError for a file that does not fit. None for random weights."""
+    with torch.device("meta"):
+        return build_scenario(scenario_cfg, stream_cfg, seed).init_line
+
+
 def weight_seed(scenario_cfg: ScenarioConfig, seed: int) -> int:
     """The seed the model's random weights are drawn from: a mix of `scenario.backbone.seed` and the run seed."""
     return int(np.random.SeedSequence([int(scenario_cfg.backbone.seed), int(seed)]).generate_state(1)[0])
@@ -95,9 +102,10 @@ class Scenario:
     name: str = ""
     needs: frozenset = frozenset()
 
-    def __init__(self, model: nn.Module, seed: int = 0):
+    def __init__(self, model: nn.Module, seed: int = 0, init_line: Optional[str] = None):
         self.model = model
         self.seed = seed
+        self.init_line = init_line  # what `scenario.backbone.init` loaded, in one line (None: random weights)
 
     def set_total_steps(self, total_steps: int) -> None:
         """The loop announces the run's number of optimizer steps (for schedules such as DoRA's teacher momentum).

@@ -79,5 +79,5 @@ def build_videomae(scenario_cfg: ScenarioConfig, stream_cfg: Any, seed: int = 0)
     model = VideoMAE(encoder, decoder, mask_ratio=float(scenario_cfg.mask.ratio), mask_mode=str(scenario_cfg.mask.mode),
                      norm_pix_loss=bool(scenario_cfg.norm_pix_loss), seed=seed)
     model.masks(torch.empty(1, frames, 1, res, res, device="meta"), 0, [0])  # fail early on a bad mask
-    initialise(model, scenario_cfg.backbone.init)
-    return VideoMAEScenario(model, seed)
+    loaded = initialise(model, scenario_cfg.backbone.init, init_from=str(scenario_cfg.backbone.init_from))
+    return VideoMAEScenario(model, seed, init_line=loaded.line if loaded else None)

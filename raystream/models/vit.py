@@ -7,7 +7,19 @@ Two token layouts:
 - image (`num_frames == 1` and `tubelet_size == 1`): input (B, C, H, W), a [CLS] token and learned positions
   (DINO), interpolated when the image size differs from `img_size` (DoRA's local crops);
 - video (otherwise): input (B, T, C, H, W), tubelets of `tubelet_size` frames x `patch_size`^2 pixels embedded by a
-  Conv3d, no [CLS], fixed 1-D sinusoidal positions over the flattened (t, h, w) token index (VideoMAE).
+  Conv3d. Positions (`pos_embed`): `sinusoid` (VideoMAE, the default): no [CLS], fixed 1-D sinusoidal positions over
+  the flattened (t, h, w) token index; or `learned`: an image ViT's [CLS] token and learned 2-D positions, the same
+  2-D table added to every time slice (what an ImageNet image checkpoint inflated to tubelets brings). Each time
+  slice gets its own copy of the [CLS] token, so that a clip of identical frames is copies of the image's token set
+  (attention over duplicated keys equals attention over one copy: the image model's patch tokens come out exactly);
+  the [CLS] copies take part in attention and are left out of the output tokens.
+
+Attention biases (`qkv_bias`): `qkv` (timm/DINO: one bias over q, k and v) or `qv` (VideoMAE: `q_bias` and `v_bias`,
+no k bias). A k bias adds the same q.b_k to every key's score, so softmax ignores it: both layouts compute the same
+function and a checkpoint converts exactly either way.
+
+Positions at a grid other than the trained one (DoRA's local crops, a checkpoint of another resolution) follow DINO's
+`interpolate_pos_encoding` (`dino_interpolate`).
 
 `forward(x, mask=None)` returns the normalised tokens; with `mask` (B, N) bool, True = masked, the encoder runs on the
 visible tokens only (every sample must keep the same number). `features(x)` is the pooled vector the probes read.
@@ -24,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from raystream.checks import options_text
-from raystream.models.config import BACKBONE_PRESETS, BackboneConfig
+from raystream.models.config import BACKBONE_PRESETS, POS_EMBEDS, QKV_BIASES, BackboneConfig
 
 
 @dataclass(frozen=True)
@@ -70,16 +82,40 @@ def sinusoid_table(n: int, dim: int, device: Any = None, dtype: torch.dtype = to
     return table.to(device=device, dtype=dtype).unsqueeze(0)
 
 
+def dino_interpolate(pos_embed: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """DINO's `interpolate_pos_encoding` (facebookresearch/dino, vision_transformer.py), which DoRA's code uses:
+    the [CLS] position kept, the square grid of patch positions resized bicubically by the scale factors
+    ((rows + 0.1) / sqrt(N), (cols + 0.1) / sqrt(N)) (the 0.1 avoids a floating-point off-by-one, DINO issue 8).
+    Unchanged when the grid already has N positions and is square, as in DINO."""
+    n0 = pos_embed.shape[1] - 1
+    if rows * cols == n0 and rows == cols:
+        return pos_embed
+    side, dim = math.sqrt(n0), pos_embed.shape[-1]
+    patch_pos = pos_embed[:, 1:].reshape(1, int(side), int(side), dim).permute(0, 3, 1, 2)
+    patch_pos = F.interpolate(patch_pos, scale_factor=((rows + 0.1) / side, (cols + 0.1) / side), mode="bicubic")
+    if patch_pos.shape[-2:] != (rows, cols):
+        raise ValueError(f"position interpolation gave a {tuple(patch_pos.shape[-2:])} grid, expected {(rows, cols)}")
+    return torch.cat([pos_embed[:, :1], patch_pos.permute(0, 2, 3, 1).reshape(1, -1, dim)], dim=1)
+
+
 class Attention(nn.Module):
-    def __init__(self, dim: int, num_heads: int):
+    def __init__(self, dim: int, num_heads: int, qkv_bias: str = "qkv"):
         super().__init__()
         self.num_heads = num_heads
-        self.qkv = nn.Linear(dim, dim * 3)
+        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias == "qkv")
+        if qkv_bias == "qv":  # VideoMAE's layout: the k bias is left out (softmax would ignore it)
+            self.q_bias = nn.Parameter(torch.zeros(dim))
+            self.v_bias = nn.Parameter(torch.zeros(dim))
         self.proj = nn.Linear(dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, d = x.shape
-        q, k, v = self.qkv(x).reshape(b, n, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
+        if self.qkv.bias is None:
+            bias = torch.cat([self.q_bias, torch.zeros_like(self.v_bias), self.v_bias])
+            qkv = F.linear(x, self.qkv.weight, bias)
+        else:
+            qkv = self.qkv(x)
+        q, k, v = qkv.reshape(b, n, 3, self.num_heads, d // self.num_heads).permute(2, 0, 3, 1, 4)
         x = F.scaled_dot_product_attention(q, k, v)
         return self.proj(x.transpose(1, 2).reshape(b, n, d))
 
@@ -98,10 +134,10 @@ class Mlp(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block (timm naming)."""
 
-    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0):
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float = 4.0, qkv_bias: str = "qkv"):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
-        self.attn = Attention(dim, num_heads)
+        self.attn = Attention(dim, num_heads, qkv_bias)
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.mlp = Mlp(dim, int(dim * mlp_ratio))
 
@@ -136,9 +172,12 @@ class VisionTransformer(nn.Module):
 
     def __init__(self, *, img_size: int = 224, patch_size: int = 16, in_chans: int = 3, embed_dim: int = 768,
                  depth: int = 12, num_heads: int = 12, mlp_ratio: float = 4.0, num_frames: int = 1,
-                 tubelet_size: int = 1):
+                 tubelet_size: int = 1, pos_embed: str = "sinusoid", qkv_bias: str = "qkv"):
         super().__init__()
         self.video = num_frames > 1 or tubelet_size > 1
+        if pos_embed not in POS_EMBEDS or qkv_bias not in QKV_BIASES:
+            raise ValueError(f"pos_embed = {pos_embed!r}, qkv_bias = {qkv_bias!r}: expected one of "
+                             f"{options_text(POS_EMBEDS)} and one of {options_text(QKV_BIASES)}")
         if img_size % patch_size:
             raise ValueError(f"image size {img_size} is not divisible by the patch size {patch_size}")
         if self.video and num_frames % tubelet_size:
@@ -147,16 +186,17 @@ class VisionTransformer(nn.Module):
         self.num_frames, self.embed_dim, self.num_heads = num_frames, embed_dim, num_heads
         self.patch_embed = PatchEmbed(patch_size, tubelet_size, in_chans, embed_dim, self.video)
         grid = img_size // patch_size
-        if self.video:
-            self.cls_token = None
-            self.pos_embed = None  # fixed sinusoid, computed for the input's token count
-        else:
+        self.learned = not self.video or pos_embed == "learned"
+        if self.learned:  # [CLS] and a learned 2-D table (one per time slice for video)
             self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
             self.pos_embed = nn.Parameter(torch.zeros(1, 1 + grid * grid, embed_dim))
-        self.blocks = nn.ModuleList(Block(embed_dim, num_heads, mlp_ratio) for _ in range(depth))
+        else:
+            self.cls_token = None
+            self.pos_embed = None  # fixed sinusoid, computed for the input's token count
+        self.blocks = nn.ModuleList(Block(embed_dim, num_heads, mlp_ratio, qkv_bias) for _ in range(depth))
         self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
         init_weights(self)
-        if not self.video:
+        if self.learned:
             nn.init.trunc_normal_(self.cls_token, std=0.02)
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
 
@@ -165,41 +205,37 @@ class VisionTransformer(nn.Module):
         t = frames // self.tubelet_size if self.video else 1
         return t * (height // self.patch_size) * (width // self.patch_size)
 
-    def _learned_pos(self, grid: Tuple[int, ...]) -> torch.Tensor:
-        """DINO's learned positions, bicubically interpolated when the patch grid differs from the trained one."""
-        n0 = self.pos_embed.shape[1] - 1
-        h, w = grid
-        if h * w == n0 and h == w:
-            return self.pos_embed
-        side = int(math.sqrt(n0))
-        patch_pos = self.pos_embed[:, 1:].reshape(1, side, side, -1).permute(0, 3, 1, 2)
-        patch_pos = F.interpolate(patch_pos, size=(h, w), mode="bicubic", align_corners=False)
-        return torch.cat([self.pos_embed[:, :1], patch_pos.flatten(2).transpose(1, 2)], dim=1)
-
     def prepare_tokens(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Embedded tokens with positions (and [CLS] for images); masked tokens (mask True) removed."""
+        """Embedded tokens with positions (and [CLS] with learned positions); masked tokens (mask True) removed."""
         tokens, grid = self.patch_embed(x)
         b, n, d = tokens.shape
-        if self.video:
-            tokens = tokens + sinusoid_table(n, d, tokens.device, tokens.dtype)
+        if self.learned:  # DINO's positions, interpolated off the trained grid; repeated over time slices
+            pos = dino_interpolate(self.pos_embed, *grid[-2:]).to(tokens.dtype)
+            tokens = tokens + pos[:, 1:].repeat(1, n // (pos.shape[1] - 1), 1)
         else:
-            pos = self._learned_pos(grid).to(tokens.dtype)
-            tokens = tokens + pos[:, 1:]
+            tokens = tokens + sinusoid_table(n, d, tokens.device, tokens.dtype)
         if mask is not None:
             if mask.shape != (b, n):
                 raise ValueError(f"mask has shape {tuple(mask.shape)}, expected {(b, n)} (batch, tokens)")
             tokens = tokens[~mask].reshape(b, -1, d)
-        if not self.video:
-            cls = (self.cls_token + pos[:, :1]).expand(b, -1, -1)
+        if self.learned:  # one [CLS] for an image, one per time slice for video
+            cls = (self.cls_token + pos[:, :1]).expand(b, self.cls_copies(grid), -1)
             tokens = torch.cat([cls, tokens], dim=1)
         return tokens
 
+    def cls_copies(self, grid: Tuple[int, ...]) -> int:
+        """[CLS] tokens in the sequence of an input with this token grid: 1 (image), T' (video, learned), 0."""
+        return (grid[0] if self.video else 1) if self.learned else 0
+
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Normalised output tokens, (B, [1 +] N_visible, D)."""
-        x = self.prepare_tokens(x, mask)
+        """Normalised output tokens, (B, [1 +] N_visible, D): [CLS] first for images, never for video."""
+        tokens = self.prepare_tokens(x, mask)
         for block in self.blocks:
-            x = block(x)
-        return self.norm(x)
+            tokens = block(tokens)
+        tokens = self.norm(tokens)
+        if self.video and self.learned:
+            tokens = tokens[:, x.shape[1] // self.tubelet_size:]
+        return tokens
 
     def pool(self, tokens: torch.Tensor) -> torch.Tensor:
         """The feature vector of a clip/image: [CLS] output for images, mean of the tokens for video."""
@@ -237,4 +273,5 @@ def build_vit(backbone_cfg: BackboneConfig, *, img_size: int, num_frames: int) -
                          f"{tubelet}")
     return VisionTransformer(img_size=img_size, patch_size=shape.patch_size, in_chans=int(backbone_cfg.in_chans),
                              embed_dim=shape.embed_dim, depth=shape.depth, num_heads=shape.num_heads,
-                             mlp_ratio=shape.mlp_ratio, num_frames=num_frames, tubelet_size=tubelet)
+                             mlp_ratio=shape.mlp_ratio, num_frames=num_frames, tubelet_size=tubelet,
+                             pos_embed=str(backbone_cfg.pos_embed), qkv_bias=str(backbone_cfg.qkv_bias))

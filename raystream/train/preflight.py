@@ -7,6 +7,8 @@
 - the Ray cluster has the CPUs and GPUs the workers ask for (`trainer.num_workers` x `trainer.cpus_per_worker`,
   one GPU per worker with `trainer.use_gpu`). Clusters that autoscale can skip this with RAYSTREAM_NO_RESOURCE_CHECK=1.
   A local run (no `RAY_ADDRESS`) checks the CPUs against this machine's before Ray starts (`check_local_cpus`);
+- `scenario.backbone.init` names a checkpoint that fits the model (`check_backbone_init`: read and translated, checked
+  against a model built on the meta device), and the line saying what it will load is printed;
 - the videos open and fill at least one global batch (`build_stream` probes them all; demo videos are generated
   here, once, instead of by every worker at the same time), which also gives the number of steps.
 """
@@ -36,6 +38,21 @@ def check_evaluation_data(cfg) -> None:
             f"config key `data.heldout_videos` = None with your own videos (`data.videos` = {cfg.data.videos!r}): "
             f"scenario `{cfg.scenario.name}` is evaluated out of stream, on held-out videos (a list, directory or "
             "manifest)")
+
+
+def check_backbone_init(cfg) -> None:
+    """A checkpoint in `scenario.backbone.init` is read, translated and checked against the model on the meta
+    device, before Ray starts; its one line goes to stderr. A CheckpointError becomes a ConfigError."""
+    if str(cfg.scenario.backbone.init) in ("", "random"):
+        return
+    from raystream.models.checkpoint import CheckpointError
+    from raystream.models.scenario import check_init
+
+    try:
+        line = check_init(cfg.scenario, cfg.stream, int(cfg.trainer.seed))
+    except CheckpointError as exc:
+        raise ConfigError(str(exc)) from None
+    print(f"raystream: {line}", file=sys.stderr, flush=True)
 
 
 def scenario_needs(name: str) -> frozenset:

@@ -365,13 +365,20 @@ def check_cells(the_plan: SweepPlan) -> None:
     videos, and that the videos fill a global batch (each distinct data x stream x workers opened once; the demo
     videos are generated here). Raises ConfigError naming the cell."""
     from raystream.data import DataError
-    from raystream.train.preflight import check_evaluation_data, total_steps
+    from raystream.train.preflight import check_backbone_init, check_evaluation_data, total_steps
 
     seen = set()
     for cell in the_plan.cells:
         c = cell.config
         key = json.dumps([c["data"], c["stream"], c["trainer"]["num_workers"], c["trainer"]["max_steps"],
                           c["scenario"]["name"], c["eval"]["dataset"]], sort_keys=True, default=str)
+        init_key = json.dumps([c["scenario"], c["stream"]], sort_keys=True, default=str)
+        if init_key not in seen:  # each distinct model once: a checkpoint that does not fit it fails here
+            seen.add(init_key)
+            try:
+                check_backbone_init(structured(c))
+            except ConfigError as exc:
+                raise ConfigError(f"sweep `{the_plan.name}`: cell {cell.label}: {exc}") from None
         if key in seen:
             continue
         seen.add(key)

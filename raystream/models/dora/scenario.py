@@ -19,7 +19,7 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import nn
 
-from raystream.models.checkpoint import initialise, load_state_dict_file
+from raystream.models.checkpoint import initialise
 from raystream.models.config import DoraConfig, ScenarioConfig
 from raystream.models.dora.head import DINOHead
 from raystream.models.dora.model import DoRA
@@ -35,8 +35,8 @@ class DoraScenario(Scenario):
     needs = frozenset({"probe"})
 
     def __init__(self, model: DoRA, seed: int = 0, *, momentum_teacher: float = 0.996,
-                 momentum_steps: Optional[int] = None):
-        super().__init__(model, seed)
+                 momentum_steps: Optional[int] = None, init_line: Optional[str] = None):
+        super().__init__(model, seed, init_line=init_line)
         self.momentum_teacher = float(momentum_teacher)
         self.total_steps: Optional[int] = int(momentum_steps) if momentum_steps else None
         self.momentum = self.momentum_teacher
@@ -94,9 +94,10 @@ def build_dora(scenario_cfg: ScenarioConfig, stream_cfg: Any, seed: int = 0) -> 
         raise ValueError(f"scenario.dora.num_objects = {opts.num_objects}: expected at most the backbone's "
                          f"{backbone.num_heads} heads (one [CLS] attention map seeds each object)")
     model = DoRA(backbone, head, opts, local_size=_local_size(opts, res, backbone.patch_size), seed=seed)
-    path = initialise(model, scenario_cfg.backbone.init, encoder=model.student.backbone)
-    if path is not None and not any(k.startswith("teacher.") for k in load_state_dict_file(path)):
+    loaded = initialise(model, scenario_cfg.backbone.init, encoder=model.student.backbone,
+                        init_from=str(scenario_cfg.backbone.init_from))
+    if loaded is not None and not any(k.startswith("teacher.") for k in loaded.keys):
         model.teacher.load_state_dict(model.student.state_dict())  # a backbone init: the teacher starts equal
     ddp_ignore_teacher(model)
     return DoraScenario(model, seed, momentum_teacher=float(opts.momentum_teacher),
-                        momentum_steps=opts.momentum_steps)
+                        momentum_steps=opts.momentum_steps, init_line=loaded.line if loaded else None)

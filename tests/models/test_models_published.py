@@ -1,0 +1,237 @@
+"""Published checkpoints through `scenario.backbone.init`, checked against the reference libraries (transformers,
+timm) on random weights: the reference model writes its file, raystream loads it, both see the same input."""
+
+import argparse
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from raystream.config import ConfigError, compose
+from raystream.models import CheckpointError, build_scenario
+from raystream.models.published import to_vit_keys
+from raystream.train.preflight import check_backbone_init
+from reference_checkpoints import (dino_training_checkpoint, official_videomae_pretraining, timm_available, timm_vit,
+                                   transformers_videomae, transformers_vit)
+from scenario_helpers import stream_cfg, tiny_cfg
+
+TOL = 1e-5
+
+
+def dino_interpolate_pos_encoding(pos_embed, patch_size, x, w, h):
+    """DINO's `VisionTransformer.interpolate_pos_encoding` (facebookresearch/dino, vision_transformer.py), verbatim
+    but for `self.pos_embed` / `self.patch_embed.patch_size` passed in: the reference for every resized position."""
+    npatch = x.shape[1] - 1
+    N = pos_embed.shape[1] - 1
+    if npatch == N and w == h:
+        return pos_embed
+    class_pos_embed = pos_embed[:, 0]
+    patch_pos_embed = pos_embed[:, 1:]
+    dim = x.shape[-1]
+    w0 = w // patch_size
+    h0 = h // patch_size
+    # we add a small number to avoid floating point error in the interpolation
+    # see discussion at https://github.com/facebookresearch/dino/issues/8
+    w0, h0 = w0 + 0.1, h0 + 0.1
+    patch_pos_embed = nn.functional.interpolate(
+        patch_pos_embed.reshape(1, int(math.sqrt(N)), int(math.sqrt(N)), dim).permute(0, 3, 1, 2),
+        scale_factor=(w0 / math.sqrt(N), h0 / math.sqrt(N)),
+        mode='bicubic',
+    )
+    assert int(w0) == patch_pos_embed.shape[-2] and int(h0) == patch_pos_embed.shape[-1]
+    patch_pos_embed = patch_pos_embed.permute(0, 2, 3, 1).view(1, -1, dim)
+    return torch.cat((class_pos_embed.unsqueeze(0), patch_pos_embed), dim=1)
+
+
+def dora_backbone(init, preset, resolution=224, **backbone):
+    cfg = tiny_cfg("dora", **{"backbone.preset": preset, "backbone.tubelet_size": 1, "backbone.init": str(init),
+                              **{f"backbone.{k}": v for k, v in backbone.items()}})
+    scenario = build_scenario(cfg, stream_cfg(frames_per_clip=2, resolution=resolution), seed=3)
+    return scenario, scenario.model.teacher.backbone
+
+
+def hf_tokens_at(hf, x, pos_embed):
+    """transformers' ViT on `x` with its position table replaced by `pos_embed` (its own blocks and norm)."""
+    from transformers import ViTConfig, ViTModel
+
+    size = x.shape[-1]
+    other = ViTModel(ViTConfig(**{**hf.config.to_dict(), "image_size": size}), add_pooling_layer=False).eval()
+    state = {k: v for k, v in hf.state_dict().items() if not k.startswith("pooler.")}
+    state["embeddings.position_embeddings"] = pos_embed
+    other.load_state_dict(state)
+    with torch.no_grad():
+        return other(pixel_values=x).last_hidden_state
+
+
+def max_diff(a, b):
+    return float((a - b).abs().max())
+
+
+@pytest.fixture(scope="module", params=["small", "base"])
+def vit_file(request, tmp_path_factory):
+    path, hf = transformers_vit(tmp_path_factory.mktemp(request.param), request.param)
+    scenario, backbone = dora_backbone(path, request.param)
+    return request.param, path, hf, scenario, backbone
+
+
+def test_transformers_vit_tokens_equal_at_224_and_dino_interpolated_at_96(vit_file):
+    preset, path, hf, scenario, backbone = vit_file
+    assert "transformers ViTModel" in scenario.init_line and str(path) in scenario.init_line
+    x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours, ref = backbone(x), hf(pixel_values=x).last_hidden_state
+    assert max_diff(ours, ref) <= TOL
+    crop = torch.randn(2, 3, 96, 96, generator=torch.Generator().manual_seed(1))
+    pos = hf.embeddings.position_embeddings.detach()
+    tokens = torch.zeros(1, 1 + 36, pos.shape[-1])
+    ref96 = hf_tokens_at(hf, crop, dino_interpolate_pos_encoding(pos, 16, tokens, 96, 96))
+    with torch.no_grad():
+        ours96 = backbone(crop)
+    assert max_diff(ours96, ref96) <= TOL
+    # the formula matters at this scale of positions: torch's plain bicubic resize to 6x6 is measurably another
+    plain = torch.cat([pos[:, :1], nn.functional.interpolate(pos[:, 1:].reshape(1, 14, 14, -1).permute(0, 3, 1, 2),
+                                                             size=(6, 6), mode="bicubic").flatten(2).transpose(1, 2)], 1)
+    assert max_diff(ours96, hf_tokens_at(hf, crop, plain)) > 1e-2
+
+
+def test_checkpoint_of_another_size_names_keys_shapes_and_the_preset_that_fits(vit_file, tmp_path):
+    preset, path, *_ = vit_file
+    other = "base" if preset == "small" else "small"
+    with pytest.raises(CheckpointError, match=rf"{path.name}.*wrong shape.*patch_embed.proj.weight: checkpoint "
+                                              rf"\(.*fits scenario.backbone.preset={preset}"):
+        dora_backbone(path, other)
+    cfg = compose(["scenario=dora", f"scenario.backbone.init={path}", f"scenario.backbone.preset={other}",
+                   "stream.resolution=224"])
+    with pytest.raises(ConfigError, match=f"fits scenario.backbone.preset={preset}"):
+        check_backbone_init(cfg)  # the driver's check, before Ray starts (meta device: no weights allocated)
+
+
+def test_dino_training_checkpoint_takes_the_teacher_unless_told(vit_file, tmp_path):
+    preset, path, hf, *_ = vit_file
+    if preset != "small":
+        pytest.skip("one size is enough for the checkpoint's wrapping")
+    teacher = to_vit_keys(load_file(str(path))).state  # the file transformers wrote, in DINO's key names
+    student = {k: v + 0.01 for k, v in teacher.items()}
+    ckpt = dino_training_checkpoint(tmp_path, student, teacher)
+    x = torch.randn(1, 3, 224, 224)
+    scenario, backbone = dora_backbone(ckpt, "small")
+    assert "(the teacher)" in scenario.init_line and "dropped the DINO projection head" in scenario.init_line
+    with torch.no_grad():
+        assert max_diff(backbone(x), hf(pixel_values=x).last_hidden_state) <= TOL
+    scenario, _ = dora_backbone(ckpt, "small", init_from="student")
+    assert "(the student)" in scenario.init_line
+    assert torch.equal(scenario.model.student.backbone.blocks[0].attn.qkv.weight, student["blocks.0.attn.qkv.weight"])
+    assert torch.equal(scenario.model.teacher.backbone.norm.weight, student["norm.weight"])  # teacher starts equal
+
+
+@pytest.fixture(scope="module")
+def videomae_file(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("videomae")
+    path, hf = transformers_videomae(directory, "small", image_size=64, num_frames=4, depth=2)
+    return path, hf, official_videomae_pretraining(directory, hf)
+
+
+@pytest.mark.parametrize("layout", ["transformers", "official"])
+@pytest.mark.parametrize("qkv_bias", ["qv", "qkv"])
+def test_videomae_encoder_tokens_equal_transformers(videomae_file, layout, qkv_bias):
+    hf_path, hf, official = videomae_file
+    path = hf_path if layout == "transformers" else official
+    cfg = tiny_cfg(**{"backbone.preset": "small", "backbone.depth": 2, "backbone.init": str(path),
+                      "backbone.qkv_bias": qkv_bias})
+    scenario = build_scenario(cfg, stream_cfg(frames_per_clip=4, resolution=64), seed=0)
+    expected = "transformers VideoMAEModel" if layout == "transformers" else "official VideoMAE pretraining"
+    assert expected in scenario.init_line
+    clip = torch.randn(2, 4, 3, 64, 64)
+    with torch.no_grad():
+        assert max_diff(scenario.model.encoder(clip), hf(pixel_values=clip).last_hidden_state) <= TOL
+
+
+def test_videomae_deflates_into_the_dora_image_backbone(videomae_file):
+    hf_path, hf, _ = videomae_file
+    scenario, backbone = dora_backbone(hf_path, "small", resolution=64, depth=2)
+    assert "deflated the 2-frame tubelet kernel" in scenario.init_line
+    image = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():  # an image embeds as the static clip of its two copies did
+        ours = backbone.patch_embed(image)[0]
+        ref = hf.embeddings.patch_embeddings(image.unsqueeze(1).repeat(1, 2, 1, 1, 1))
+    assert max_diff(ours, ref) <= TOL
+
+
+def test_imagenet21k_vit_l_inflates_into_the_future_prediction_encoder(tmp_path):
+    path, hf = transformers_vit(tmp_path, "large", image_size=64, depth=2, pooler=True)
+    cfg = tiny_cfg("future_prediction", **{"backbone.preset": "large", "backbone.depth": 2, "backbone.init": str(path),
+                                           "backbone.pos_embed": "learned", "decoder": "linear"})
+    scenario = build_scenario(cfg, stream_cfg(frames_per_clip=4, target_frames=4, resolution=64), seed=0)
+    assert "inflated the 2-D patch kernel to 2-frame tubelets" in scenario.init_line
+    assert "dropped the pooler" in scenario.init_line
+    image = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        tokens = scenario.model.encoder(image.unsqueeze(1).repeat(1, 4, 1, 1, 1))  # a clip of identical frames
+        ref = hf(pixel_values=image).last_hidden_state[:, 1:]
+    assert tokens.shape == (1, 2 * 16, 1024)
+    for t in range(2):
+        assert max_diff(tokens[:, 16 * t:16 * (t + 1)], ref) <= TOL
+    with pytest.raises(CheckpointError, match="scenario.backbone.pos_embed=learned"):
+        build_scenario(tiny_cfg("future_prediction", **{"backbone.preset": "large", "backbone.depth": 2,
+                                                        "backbone.init": str(path)}),
+                       stream_cfg(frames_per_clip=4, target_frames=4, resolution=64), seed=0)
+
+
+class NotNamespace:
+    """An arbitrary object in a training checkpoint's `args`: refused, as any pickled object."""
+
+
+def test_unknown_layout_function_changing_keys_and_pickles_are_refused(tmp_path):
+    odd = tmp_path / "odd.pt"
+    torch.save({"conv.weight": torch.zeros(3, 3)}, odd)
+    with pytest.raises(CheckpointError, match=r"odd.pt.*no patch embedding.*timm ViT.*transformers ViTModel.*"
+                                              r"official VideoMAE"):
+        dora_backbone(odd, "tiny", resolution=32)
+    base = build_scenario(tiny_cfg("dora", **{"backbone.tubelet_size": 1}), stream_cfg(frames_per_clip=2), 0)
+    state = dict(base.model.student.backbone.state_dict())
+    for extra, name in (({"fc_norm.weight": torch.ones(96)}, "fc_norm"), ({"reg_token": torch.zeros(1, 4, 96)},
+                        "reg_token"), ({"blocks.0.ls1.gamma": torch.ones(96)}, "ls1")):
+        torch.save({**state, **extra}, tmp_path / "timm_variant.pth")
+        with pytest.raises(CheckpointError, match=rf"timm_variant.pth.*change the function.*{name}"):
+            dora_backbone(tmp_path / "timm_variant.pth", "tiny", resolution=32)
+
+    torch.save({"teacher": state, "student": state, "args": NotNamespace()}, tmp_path / "pickled.pth")
+    with pytest.raises(CheckpointError, match=r"cannot read checkpoint .*pickled.pth.*NotNamespace"):
+        dora_backbone(tmp_path / "pickled.pth", "tiny", resolution=32)
+
+
+TIMM = timm_available()
+needs_timm = pytest.mark.skipif(TIMM is not None, reason=str(TIMM))
+
+
+@needs_timm
+@pytest.mark.parametrize("preset", ["small", "base"])
+def test_timm_vit_with_head_tokens_equal_at_224_and_dino_interpolated_at_96(preset, tmp_path):
+    path, ref = timm_vit(tmp_path, preset, head=True, safetensors=preset == "base")
+    scenario, backbone = dora_backbone(path, preset)
+    assert "dropped the classifier head, 1000 classes" in scenario.init_line
+    x, crop = torch.randn(2, 3, 224, 224), torch.randn(2, 3, 96, 96)
+    with torch.no_grad():
+        assert max_diff(backbone(x), ref.forward_features(x)) <= TOL
+        tokens = ref.patch_embed.proj(crop).flatten(2).transpose(1, 2)
+        tokens = torch.cat([ref.cls_token.expand(2, -1, -1), tokens], 1)
+        tokens = tokens + dino_interpolate_pos_encoding(ref.pos_embed, 16, tokens, 96, 96)
+        ref96 = ref.norm(ref.blocks(tokens))
+        assert max_diff(backbone(crop), ref96) <= TOL
+
+
+@needs_timm
+@pytest.mark.parametrize("kwargs,name", [({"global_pool": "avg", "fc_norm": True}, "fc_norm"),
+                                         ({"reg_tokens": 4}, "reg_token"), ({"init_values": 1e-5}, "ls1")])
+def test_timm_variants_that_change_the_function_are_refused(kwargs, name, tmp_path):
+    path, _ = timm_vit(tmp_path, "small", depth=1, **kwargs)
+    with pytest.raises(CheckpointError, match=rf"change the function.*{name}"):
+        dora_backbone(path, "small", depth=1)
+
+
+def test_dino_namespace_args_are_read_but_nothing_else(tmp_path):
+    torch.save({"args": argparse.Namespace(a=1), "model": {"w": torch.zeros(1)}}, tmp_path / "ns.pth")
+    with pytest.raises(CheckpointError, match="no patch embedding"):  # read (Namespace allowed), then no ViT
+        dora_backbone(tmp_path / "ns.pth", "tiny", resolution=32)

@@ -133,12 +133,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "train":
         from raystream.tracking.store import prepare_store, tracking_uri
-        from raystream.train.preflight import check_backbone_init, check_evaluation_data
+        from raystream.train.preflight import check_evaluation_data
         from raystream.train.run import main as train_main
 
         prepare_store(tracking_uri(cfg))  # reachable, writable and created before Ray starts
-        check_evaluation_data(cfg)
-        check_backbone_init(cfg)
+        check_evaluation_data(cfg)  # fit() checks the rest before Ray starts (the backbone's checkpoint included)
         return train_main(cfg, overrides=args.overrides)
     if args.command == "sweep":  # run_sweep checks the tracking store and every cell before Ray starts
         from raystream.tune.sweep import main as sweep_main

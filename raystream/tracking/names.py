@@ -49,6 +49,7 @@ GRAD_COS_MEAN = "grad_cos_prev_mean"  # report column: mean over the run's steps
 
 TAG_RUN_NAME = "raystream.run_name"
 TAG_RUN_DIR = "raystream.run_dir"
+TAG_INIT = "raystream.init"  # what scenario.backbone.init loaded, in one line (absent for random weights)
 TAG_STATUS = "raystream.status"
 TAG_ERROR = "raystream.error"  # why a run failed (e.g. "loss is nan at step 17: the run diverged ...")
 TAG_WARNING = "raystream.warning"  # e.g. a resume whose earlier steps are in an MLflow run that is gone

@@ -40,11 +40,12 @@ def check_evaluation_data(cfg) -> None:
             "manifest)")
 
 
-def check_backbone_init(cfg) -> None:
+def check_backbone_init(cfg) -> Optional[str]:
     """A checkpoint in `scenario.backbone.init` is read, translated and checked against the model on the meta
-    device, before Ray starts; its one line goes to stderr. A CheckpointError becomes a ConfigError."""
+    device, before Ray starts; its one line goes to stderr and is returned (None for random weights). A
+    CheckpointError becomes a ConfigError."""
     if str(cfg.scenario.backbone.init) in ("", "random"):
-        return
+        return None
     from raystream.models.checkpoint import CheckpointError
     from raystream.models.scenario import check_init
 
@@ -53,6 +54,7 @@ def check_backbone_init(cfg) -> None:
     except CheckpointError as exc:
         raise ConfigError(str(exc)) from None
     print(f"raystream: {line}", file=sys.stderr, flush=True)
+    return line
 
 
 def scenario_needs(name: str) -> frozenset:

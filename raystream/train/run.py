@@ -42,7 +42,7 @@ from raystream.train import faults
 from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
 from raystream.train.divergence import DivergedError, raise_if_diverged
-from raystream.train.preflight import check_local_cpus, check_resources, stream_plan
+from raystream.train.preflight import check_backbone_init, check_local_cpus, check_resources, stream_plan
 from raystream.train.ray_start import start_ray
 from raystream.uris import first_line
 
@@ -155,6 +155,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     name = run_name or cfg.trainer.run_name or default_run_name(cfg)
     cfg.trainer.run_name = name
     check(cfg)
+    init_line = check_backbone_init(cfg)  # a checkpoint that does not fit the model: before Ray starts
     check_local_cpus(cfg.trainer)  # a local run: before Ray starts
     total, skipped_videos = stream_plan(cfg)
     start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
@@ -169,6 +170,8 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     uri = tracking_uri(cfg)
     client = mlflow_client_for(uri)
     tags = {**(mlflow_tags or {}), names.TAG_RUN_DIR: run_dir.uri}
+    if init_line:
+        tags[names.TAG_INIT] = init_line
     run_id = start_run(client, experiment=cfg.mlflow.experiment, uri=uri, run_name=name,
                        parent_run_id=mlflow_parent_run_id, tags=tags, resume_run_id=info.get("mlflow_run_id"))
     with _closed_on_failure(client, run_id, name) as received:  # KILLED / FAILED with the cause, whatever stops it

@@ -46,6 +46,10 @@ class SweepConfig:
     max_concurrent_trials: Optional[int] = None  # None = from the cluster's resources and each trial's workers
     run_name: Optional[str] = None  # None = <name>-<hash of the planned trials>; the same name again = resume
     seed: int = 0  # Optuna sampler seed
+    # How often (s) the Tune experiment state (which trials finished) is saved and reaches trainer.storage_path.
+    # Ray's default sync, 300 s, could lose 5 minutes of finished trials when the driver dies on a bucket (a resumed
+    # sweep runs them again); each save writes a few small files.
+    sync_period_s: float = 15.0
     description: str = ""
 
 
@@ -140,6 +144,8 @@ def check_sweep(sweep: Mapping[str, Any], error: Type[Exception] = ValueError) -
         fail("scheduler", sweep.get("scheduler"), "null (run every trial to the end) or asha")
     if sweep.get("grace_period", 1) < 1:
         fail("grace_period", sweep.get("grace_period"), "an integer >= 1")
+    if not sweep.get("sync_period_s", 15.0) > 0:
+        fail("sync_period_s", sweep.get("sync_period_s"), "a number of seconds > 0")
     if sweep.get("reduction_factor", 2) < 2:
         fail("reduction_factor", sweep.get("reduction_factor"), "an integer >= 2")
     if sweep.get("run_name") is not None and not is_path_name(sweep.get("run_name")):

@@ -69,9 +69,6 @@ from raystream.uris import first_line
 
 META_FILE = "raystream_sweep.json"
 DRIVER_MEMORY = 200 * 1024 ** 2  # bytes reserved by each trial's driver (the function trainable)
-# Tune experiment state reaches trainer.storage_path (a bucket) at most this often; Ray's default, 300 s, could lose
-# 5 minutes of finished trials when the driver dies (a resumed sweep would run them again).
-SYNC_PERIOD_S = 15
 ERROR_CHARS = 500
 UNSENT_RESULT_KEY = "unsent_metrics"  # in a trial's result: the file its metric values wait in (tracking outage)
 
@@ -267,18 +264,21 @@ def _tuner(cfg: DictConfig, the_plan: SweepPlan, path: "results.Storage", storag
     )
     # The driver waits on its Train run: no CPU, a little memory (Ray needs a non-empty request).
     trainable = tune.with_resources(trainable, {"CPU": 0, "memory": DRIVER_MEMORY})
+    # Tune saves its experiment state every TUNE_GLOBAL_CHECKPOINT_S (at least 10 s when "auto") and syncs it every
+    # sync_period: both follow sweep.sync_period_s, unless the user set Tune's own variable.
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", str(float(cfg.sweep.sync_period_s)))
     resumed = tune.Tuner.can_restore(path.uri)
     progress = [console.SweepConsole([c.values for c in the_plan.cells], list(the_plan.sample))] if not verbose else []
     if resumed:
         tuner = tune.Tuner.restore(path.uri, trainable=trainable, resume_unfinished=True, resume_errored=False,
                                    restart_errored=False)
     else:
+        sync = tune.SyncConfig(sync_period=float(cfg.sweep.sync_period_s))
         tuner = tune.Tuner(trainable, tune_config=_tune_config(cfg, the_plan),
                            run_config=tune.RunConfig(name=run_name, storage_path=storage.child("sweeps").uri,
                                                      failure_config=tune.FailureConfig(max_failures=0),
                                                      callbacks=[ReleaseStoppedTrials(), *progress],
-                                                     sync_config=tune.SyncConfig(sync_period=SYNC_PERIOD_S),
-                                                     verbose=verbose))
+                                                     sync_config=sync, verbose=verbose))
     return resumed, tuner
 
 

@@ -35,9 +35,11 @@ TINY = ["trainer.max_steps=2", "trainer.checkpoint_every=1", "trainer.log_every=
         "stream.batch_size=4", "data.demo.num_videos=1", "data.demo.frames_per_video=48",
         f"mlflow.experiment={EXPERIMENT}"]
 # smoke with its stream.order axis collapsed: 2 trials (AdamW, Orthogonal-AdamW), one at a time, each step slowed
-# down so the second trial is still running when the first one's end has reached the bucket.
-SWEEP = ["sweep", "sweep=smoke", "stream.order=batch_along_time", "sweep.max_concurrent_trials=1", *TINY]
-STEP_DELAY_S = "10"
+# down so the second trial is still running when the first one's end has reached the bucket. Tune's state reaches
+# the bucket every second (sweep.sync_period_s; 15 s by default), so each trial's 2 steps need only a few seconds.
+SWEEP = ["sweep", "sweep=smoke", "stream.order=batch_along_time", "sweep.max_concurrent_trials=1",
+         "sweep.sync_period_s=1", *TINY]
+STEP_DELAY_S = "3"
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +126,7 @@ def killed_and_resumed_sweep(cloud):
     t0, statuses, name = time.time(), {}, None
     try:
         while time.time() - t0 < 480 and proc.poll() is None:
-            time.sleep(3)
+            time.sleep(0.5)
             names = _experiment_dirs(s3)
             if names:
                 name = names[0]

@@ -1,7 +1,16 @@
 """The README's rehearsal of the paper experiments (section "At paper scale"): each of `+experiment=dora_paper`,
 `videomae_paper` and `future_prediction_paper` at its own architecture, on the demo videos, 2 steps on the CPU
-with the stream correlation measured by the worker, a checkpoint after step 0, a worker killed before step 1 and
-restarted from that checkpoint (the resume), and one evaluation pass at the end.
+with the stream correlation measured by the worker, and one evaluation pass at the end.
+
+Each run starts from a checkpoint in the format its paper experiment starts from, written here by the reference
+library itself (random weights; tests/models/reference_checkpoints.py): DoRA from a ViT-S/16 image checkpoint
+(transformers' layout), VideoMAE from an official VideoMAE pretraining file (q/v biases, decoder dropped), future
+prediction from an ImageNet-21K ViT-L/16 classifier (kernel inflated to tubelets, learned 2-D positions).
+
+DoRA and VideoMAE also take a checkpoint after step 0, have a worker killed before step 1 and restart from that
+checkpoint (the resume). The ViT-L run is the same 2 steps without the kill: its checkpoint (model and three
+optimizer states) is 4.9 GB, so it writes one, at the end; resuming does not depend on the architecture, and the
+two smaller paper models cover it.
 
 The overrides and the experiments are read from the README's rehearsal block, so the command users are told to run
 is the one tested. One local Ray cluster (tests/conftest.py) serves the three runs.
@@ -47,31 +56,59 @@ def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp("rehearsal")
 
 
-@pytest.fixture
-def fault_before_step_1(monkeypatch):
-    monkeypatch.setenv("RAYSTREAM_FAIL_AT_STEP", "1")
+def published_start(experiment: str, directory: Path):
+    """(the overrides that start `experiment` from its published format, the backbone keys they change)."""
+    from reference_checkpoints import official_videomae_pretraining, transformers_videomae, transformers_vit
+
+    if experiment == "dora_paper":
+        path, _ = transformers_vit(directory, "small")
+        return [f"scenario.backbone.init={path}"], ()
+    if experiment == "videomae_paper":
+        _, model = transformers_videomae(directory, "base", num_frames=16)
+        path = official_videomae_pretraining(directory, model)
+        return [f"scenario.backbone.init={path}", "scenario.backbone.qkv_bias=qv"], ("qkv_bias",)
+    path, _ = transformers_vit(directory, "large", pooler=True)  # ImageNet-21K: its pooler is dropped
+    return [f"scenario.backbone.init={path}", "scenario.backbone.pos_embed=learned"], ("pos_embed",)
+
+
+RESUMED = ("dora_paper", "videomae_paper")  # the ViT-L run writes one checkpoint: see the module docstring
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_rehearsal(ray_cluster, workdir, fault_before_step_1, experiment):
+def test_rehearsal(ray_cluster, workdir, monkeypatch, experiment):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
     from raystream.train.run import fit
 
+    checkpoint_dir = workdir / f"start-{experiment}"
+    checkpoint_dir.mkdir()
+    start, changed = published_start(experiment, checkpoint_dir)
+    resumed = experiment in RESUMED
+    if resumed:
+        monkeypatch.setenv("RAYSTREAM_FAIL_AT_STEP", "1")
+    every = [] if resumed else ["trainer.checkpoint_every=2"]  # 2 steps: the final checkpoint only
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    cfg = compose([f"+experiment={experiment}", *OVERRIDES, f"trainer.run_name=rehearsal-{experiment}",
+    cfg = compose([f"+experiment={experiment}", *OVERRIDES, *start, *every, f"trainer.run_name=rehearsal-{experiment}",
                    f"trainer.storage_path={workdir / 'results'}", f"mlflow.tracking_uri={uri}"])
     shipped = compose([f"+experiment={experiment}", "data.videos=x", "data.heldout_videos=x", "eval.dataset=x"])
     ours, paper = (OmegaConf.to_container(c.scenario) for c in (cfg, shipped))
     for scenario in (ours, paper):
         scenario["dora"].pop("local_size")  # DoRA's local crops: 16 px of 32 here, 112 of 224 in the paper
+        for key in ("init", *changed):  # the start: a file, and the layout its format needs
+            scenario["backbone"].pop(key)
     assert ours == paper  # the paper's model: backbone, heads, decoder, masks
     final = fit(cfg)
 
-    assert final["steps_done"] == 2 and final["start_step"] == 1  # restarted from the checkpoint after step 0
-    assert (workdir / "results" / f"rehearsal-{experiment}" / ".fault_injected_step1").is_file()
+    assert final["steps_done"] == 2
+    if resumed:
+        assert final["start_step"] == 1  # restarted from the checkpoint after step 0
+        assert (workdir / "results" / f"rehearsal-{experiment}" / ".fault_injected_step1").is_file()
     client = make_client(uri)
     run = client.get_run(final["mlflow_run_id"])
     assert run.info.status == "FINISHED"
+    assert str(checkpoint_dir) in run.data.tags["raystream.init"], run.data.tags  # the one line saying what loaded
     metrics = run.data.metrics
     for metric in correlation.METRICS:  # measured by the worker before step 0
         assert [m.step for m in client.get_metric_history(run.info.run_id, metric)] == [0], metric
@@ -80,3 +117,5 @@ def test_rehearsal(ray_cluster, workdir, fault_before_step_1, experiment):
     assert evals, metrics  # the evaluation pass at the end (probes, or held-out error for future prediction)
     assert all(len(client.get_metric_history(run.info.run_id, k)) == 1 for k in evals)
     assert os.path.isdir(final["checkpoint_path"]) and final["checkpoint_path"].endswith("checkpoint_00000002")
+    written = sorted(p.name for p in (workdir / "results" / f"rehearsal-{experiment}").glob("checkpoint_0*"))
+    assert written == (["checkpoint_00000001", "checkpoint_00000002"] if resumed else ["checkpoint_00000002"])

@@ -59,6 +59,7 @@ BAD = [
     ("scheduler: hyperband\n", "sweep.scheduler", "asha"),
     ("scheduler: asha\nmetric: eval/knn_top1\nmode: max\n", "sweep.metric", "per-step metric"),
     ("max_concurrent_trials: 0\n", "sweep.max_concurrent_trials", ">= 1"),
+    ("sync_period_s: 0\n", "sweep.sync_period_s", "> 0"),
 ]
 
 

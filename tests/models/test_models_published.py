@@ -202,6 +202,23 @@ def test_unknown_layout_function_changing_keys_and_pickles_are_refused(tmp_path)
         dora_backbone(tmp_path / "pickled.pth", "tiny", resolution=32)
 
 
+def test_a_timm_layout_with_its_classifier_head_loads_without_the_head_and_says_so(tmp_path):
+    """timm's key layout (DINO's too) with an ImageNet-21K head (21843 classes), as .pth and .safetensors: the head
+    is dropped, the line says so, and the backbone holds the file's weights. (timm itself, where it imports, is the
+    reference of the test below; here the layout is written by hand.)"""
+    from safetensors.torch import save_file
+
+    base = build_scenario(tiny_cfg("dora", **{"backbone.tubelet_size": 1}), stream_cfg(frames_per_clip=2), 0)
+    state = {k: torch.randn_like(v) for k, v in base.model.student.backbone.state_dict().items()}
+    with_head = {**state, "head.weight": torch.randn(21843, 96), "head.bias": torch.zeros(21843)}
+    torch.save(with_head, tmp_path / "in21k.pth")
+    save_file(with_head, str(tmp_path / "in21k.safetensors"))
+    for name in ("in21k.pth", "in21k.safetensors"):
+        scenario, backbone = dora_backbone(tmp_path / name, "tiny", resolution=32)
+        assert "dropped the classifier head, 21843 classes" in scenario.init_line, scenario.init_line
+        assert all(torch.equal(backbone.state_dict()[k], v) for k, v in state.items())
+
+
 TIMM = timm_available()
 needs_timm = pytest.mark.skipif(TIMM is not None, reason=str(TIMM))
 

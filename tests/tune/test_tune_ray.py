@@ -102,10 +102,7 @@ def test_a_local_ray_started_by_raystream_advertises_loopback_only(tmp_path):
 FAILING = """name: tiny_fail
 grid:
   optimizer.name: [adamw, sgd]
-fixed:
-  trainer.max_steps: 3
-  trainer.log_every: 1
-max_concurrent_trials: 1
+max_concurrent_trials: 2   # neither trial starts a Train run (tune_tiny_fit.fit_failing_before_its_run)
 """
 
 

@@ -52,9 +52,9 @@ def _loop(config):
         time.sleep(config["delay_ms"] / 1000)
 
 
-def fit(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow_tags=None):
-    uri = cfg.mlflow.tracking_uri
-    client = MlflowClient(uri)
+def _child_run(cfg, run_name, mlflow_parent_run_id, mlflow_tags):
+    """(client, run id): the trial's MLflow child run, created as `start_run` creates it, with the config's params."""
+    client = MlflowClient(cfg.mlflow.tracking_uri)
     exp = client.get_experiment_by_name(cfg.mlflow.experiment)
     exp_id = exp.experiment_id if exp else client.create_experiment(cfg.mlflow.experiment)
     tags = dict(mlflow_tags or {})
@@ -63,6 +63,12 @@ def fit(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow
     run = client.create_run(exp_id, run_name=tags.pop("mlflow.runName", run_name), tags=tags)  # as start_run
     rid = run.info.run_id
     client.log_batch(rid, params=[mlflow.entities.Param(k, str(v)[:500]) for k, v in flatten(cfg).items()])
+    return client, rid
+
+
+def fit(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow_tags=None):
+    uri = cfg.mlflow.tracking_uri
+    client, rid = _child_run(cfg, run_name, mlflow_parent_run_id, mlflow_tags)
     steps = cfg.trainer.max_steps or 4
     trainer = TorchTrainer(
         _loop,
@@ -88,11 +94,16 @@ def fit(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow
     return {**final, "mlflow_run_id": rid}
 
 
-def fit_failing_before_its_run(cfg, **kwargs):
-    """`fit` for optimizer.name=sgd fails before any MLflow run exists (as a bad video does in preflight)."""
+def fit_failing_before_its_run(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow_tags=None):
+    """For optimizer.name=sgd, fails before any MLflow run exists (as a bad video does in preflight). Any other
+    cell finishes at once: its FINISHED child run, with a final `loss`, and no Ray Train run (what a failing trial
+    does to the sweep is the point here; `fit` above is the real Train run)."""
     if cfg.optimizer.name == "sgd":
         raise ValueError(f"cannot start: optimizer.name = {cfg.optimizer.name} (test)")
-    return fit(cfg, **kwargs)
+    client, rid = _child_run(cfg, run_name, mlflow_parent_run_id, mlflow_tags)
+    client.log_metric(rid, "loss", 1.0)
+    client.set_terminated(rid, "FINISHED")
+    return {"loss": 1.0, "mlflow_run_id": rid}
 
 
 OUTAGE_READY, OUTAGE_GO = "outage-ready", "outage-go"  # files in trainer.storage_path: the test's two signals

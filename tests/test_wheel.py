@@ -46,6 +46,7 @@ def wheel(tmp_path_factory) -> Path:
     """The wheel built from a copy of the checkout's build inputs (a build writes build/ and egg-info beside them)."""
     root = tmp_path_factory.mktemp("wheel")
     src = root / "src"
+    src.mkdir()
     for name in BUILD_INPUTS:
         assert (CHECKOUT / name).exists(), f"{name} is missing from the checkout"
         if (CHECKOUT / name).is_dir():

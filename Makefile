@@ -38,6 +38,6 @@ test: install-dev
 test-fast: install-dev
 	$(BIN)/python -m pytest tests -m "not slow"
 
-# Everything raystream writes under the working directory (README, "Files"), the venv and pip's egg-info.
+# Everything raystream writes under the working directory (docs/operations.md, "Files and services"), the venv and pip's egg-info.
 clean:
 	rm -rf $(VENV) raystream.egg-info mlflow.db .mlflow.db.*.tmp mlruns* raystream_results reports outputs multirun .pytest_cache .hypothesis

@@ -1,7 +1,7 @@
 """The `raystream` command. Positional arguments are Hydra overrides; flags belong to the subcommand.
 
-    raystream train  [overrides] [--cfg job]
-    raystream sweep  [overrides] [--cfg job] [--verbose]
+    raystream train  [overrides] [--cfg job] [--config-dir DIR]
+    raystream sweep  [overrides] [--cfg job] [--verbose] [--config-dir DIR]
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
     raystream tracking upload FILE [--tracking-uri URI]   # what a tracking outage left unsent
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
@@ -25,6 +25,7 @@ from typing import List, Optional
 from omegaconf import OmegaConf
 
 from raystream.config import ConfigError, compose
+from raystream.config_tree import ConfigTreeError, add_user_dirs
 from raystream.tracking.store import TrackingStoreError
 
 
@@ -102,6 +103,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds for the whole command (default 480); phases that do not fit are skipped, and said")
     b.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                    help="Orthogonal-AdamW's compiled step: auto = when the budget allows (default)")
+    for composing in (sub.choices["train"], sub.choices["sweep"], i, m, x, c, b):
+        composing.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                               help="a directory of your own config files, searched after the shipped tree (as "
+                                    "Hydra's --config-dir; repeatable; also $RAYSTREAM_CONFIG_DIR)")
     return p
 
 
@@ -112,7 +117,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _dispatch(args)
-    except (ConfigError, TrackingStoreError) as exc:
+    except (ConfigError, ConfigTreeError, TrackingStoreError) as exc:
         print(f"raystream: {exc}", file=sys.stderr)
         return 2
 
@@ -127,6 +132,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return upload_main(args.file, tracking_uri=args.tracking_uri)
 
+    add_user_dirs(args.config_dir)
     cfg = compose(args.overrides)
     if getattr(args, "cfg", None) == "job":
         print(OmegaConf.to_yaml(cfg))

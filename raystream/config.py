@@ -6,7 +6,6 @@ here, before Ray starts, with a message naming the key. Ray-free.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from raystream import config_tree
 from raystream.checks import Check
 from raystream.data import config as data_config
 from raystream.data.config import DataConfig, StreamConfig
@@ -49,9 +49,8 @@ class RunConfig:
 
 
 def config_dir() -> Path:
-    """The Hydra config tree: `$RAYSTREAM_CONFIG_DIR`, else `sweeps/` beside the package."""
-    env = os.environ.get("RAYSTREAM_CONFIG_DIR")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "sweeps"
+    """The config tree shipped with the package (`sweeps/` in a checkout); users' own: `raystream.config_tree`."""
+    return config_tree.shipped_dir()
 
 
 def _register_schema() -> None:
@@ -76,9 +75,18 @@ def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictC
 
     _register_schema()
     hydra_overrides, axis_overrides = _split_sweep_axis_overrides(overrides)
+    if any(o.lstrip("+~").startswith("hydra.searchpath") for o in hydra_overrides):
+        raise ConfigError("override `hydra.searchpath`: add a config directory with `--config-dir DIR` or "
+                          f"${config_tree.ENV} instead (both are searched after the shipped tree)")
+    try:
+        shipped, *users = config_tree.search_path()
+    except config_tree.ConfigTreeError as exc:
+        raise ConfigError(str(exc)) from None
+    if users:
+        hydra_overrides.append("hydra.searchpath=[" + ",".join(f"'file://{d}'" for d in users) + "]")
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(shipped), version_base="1.3"):
             cfg = hydra_compose(config_name=config_name, overrides=hydra_overrides)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"invalid config (overrides {list(overrides)}): {_reason(exc)}") from None

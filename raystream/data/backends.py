@@ -51,7 +51,7 @@ class DecordReader:
     decord 0.6 fault: `VideoReader.next`/`get_batch` push a packet to decord's decoder thread before every pop, and
     a pop that finds the thread's frame queue momentarily empty returns without a frame and pushes another packet.
     Each such race leaves one more decoded RGB frame queued ahead of the reader for good, so its memory rises as it
-    reads sequentially, to a level that varies from run to run (the README's stream benchmark measures it). Nothing
+    reads sequentially, to a level that varies from run to run (docs/benchmarks.md's stream benchmark measures it). Nothing
     but a seek empties that queue. So with `reset_frames` > 0, once the reader has moved that many frames forward,
     the next read that reaches a keyframe first reads up to the frame before it, then seeks to the keyframe (decord
     flushes its decoder there) and goes on from it: no frame is decoded twice, and what decord holds is bounded by

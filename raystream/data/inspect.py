@@ -3,7 +3,8 @@
     {"step": t, "clips": [{"video": "<path>", "frames": [i0, i1, ...]}, ...]}             # one per global batch
     {"step": t, "rank": r, "clips": [...]}                                              # with --world-size W
 
-Clips of future prediction also carry `"target": [...]`. `--start-step S` prints what a stream restored at step S
+Each clip's video is named as the user gave it: a video from a bucket by its URI (`s3://b/p/x.mp4`), not by its
+place in the node cache. Clips of future prediction also carry `"target": [...]`. `--start-step S` prints what a stream restored at step S
 yields. Nothing is decoded: the videos are only probed (frame counts), then the order's arithmetic is printed.
 """
 
@@ -16,8 +17,8 @@ from typing import Optional
 from raystream.data.errors import DataError
 
 
-def _clip_json(ref) -> dict:
-    d = {"video": ref.video, "frames": list(ref.frames)}
+def _clip_json(video: str, ref) -> dict:
+    d = {"video": video, "frames": list(ref.frames)}
     if ref.target:
         d["target"] = list(ref.target)
     return d
@@ -37,10 +38,12 @@ def main(cfg, batches: int = 3, start_step: int = 0, world_size: Optional[int] =
     for step in range(start_step, min(stream.num_steps, start_step + max(0, batches))):
         if world_size is None:
             refs = stream.clip_refs(step, range(stream.batch_size))
-            print(json.dumps({"step": step, "clips": [_clip_json(r) for _, _, r in refs]}))
+            clips = [_clip_json(stream.videos[v].given, r) for v, _, r in refs]
+            print(json.dumps({"step": step, "clips": clips}))
             continue
         for rank in range(world_size):
             refs = stream.clip_refs(step, range(rank * b, (rank + 1) * b))
-            print(json.dumps({"step": step, "rank": rank, "clips": [_clip_json(r) for _, _, r in refs]}))
+            clips = [_clip_json(stream.videos[v].given, r) for v, _, r in refs]
+            print(json.dumps({"step": step, "rank": rank, "clips": clips}))
     stream.close()
     return 0

@@ -54,6 +54,12 @@ class VideoInfo:
     label: Optional[str] = None
     source: Optional[RemoteObject] = None
 
+    @property
+    def given(self) -> str:
+        """The video as the user named it (what messages and `data inspect` print): the object's URI for a video
+        from an object store, not its node-cache path; else the local path."""
+        return self.source.uri if self.source else self.path
+
 
 def resolve_videos(spec, key: str = "data.videos") -> List[VideoEntry]:
     """The videos named by `spec` (list, directory or manifest; local or URIs, see remote.py), in stream order.

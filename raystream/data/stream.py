@@ -453,12 +453,11 @@ def _stream_over(spec, key: str, data_cfg, stream_cfg, rank: int, world_size: in
     for info in good:
         g = ClipGeometry.from_config(stream_cfg, info.fps)
         if g.num_clips(info.num_frames) < 1:
-            name = info.source.uri if info.source else info.path
-            bad.append((name, f"has {info.num_frames} frames, shorter than one clip (a clip spans "
-                              f"{g.span + 1} source frames at {info.fps:g} fps: stream.frames_per_clip="
-                              f"{stream_cfg.frames_per_clip}, stream.fps={stream_cfg.fps}"
-                              + (f", stream.target_frames={stream_cfg.target_frames}" if g.target_frames
-                                 else "") + ")"))
+            bad.append((info.given, f"has {info.num_frames} frames, shorter than one clip (a clip spans "
+                                    f"{g.span + 1} source frames at {info.fps:g} fps: stream.frames_per_clip="
+                                    f"{stream_cfg.frames_per_clip}, stream.fps={stream_cfg.fps}"
+                                    + (f", stream.target_frames={stream_cfg.target_frames}" if g.target_frames
+                                       else "") + ")"))
         else:
             usable.append(info)
     if bad:

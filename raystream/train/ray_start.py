@@ -7,7 +7,7 @@ address; what it does honour is its single-machine mode, `RAY_ENABLE_WINDOWS_OR_
 Windows and macOS), read when Ray is imported: `loopback_only()` sets it, and the CLI calls it before anything
 imports Ray. In that mode Ray's GCS, raylet, core workers and agents bind 127.0.0.1 too (without it, their gRPC
 servers listen on `::`); torch.distributed's store, which Ray does not place, is bound by
-`raystream/train/loopback.py` (README, "Files and services").
+`raystream/train/loopback.py` (docs/operations.md, "Files and services").
 
 Ray forwards every worker's output to the driver's terminal, raystream's progress lines among them, and with them
 lines of Ray's own machinery that tell a raystream user nothing (the `PlacementGroupCleaner`'s tracebacks when

@@ -49,7 +49,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from raystream.config import ConfigError, config_dir
+from raystream import config_tree
+from raystream.config import ConfigError
 from raystream.tracking import names, ui, unsent
 from raystream.tracking.names import (CELL_TAG, ERROR_TAG, GRID_TAG_PREFIX, ROLE_TAG, SAMPLE_TAG_PREFIX, SWEEP_RUN_TAG,
                                       SWEEP_TAG, TRIAL_TAG, TRIALS_ARTIFACT)
@@ -473,8 +474,8 @@ def _parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_p
     from mlflow.entities import Param
 
     retry(lambda: client.log_batch(rid, params=[Param(k, str(v)) for k, v in params.items()]), "log params")
-    sweep_file = config_dir() / "sweep" / f"{the_plan.name}.yaml"
-    if sweep_file.exists():
+    sweep_file = config_tree.find(f"sweep/{the_plan.name}.yaml")
+    if sweep_file is not None:  # a sweep given by overrides alone has no file; its composed config follows
         client.log_artifact(rid, str(sweep_file), artifact_path="sweep")
     client.log_text(rid, OmegaConf.to_yaml(cfg), "sweep/composed_config.yaml")
     client.log_dict(rid, [{"cell": c.index, "values": c.values} for c in the_plan.cells], "sweep/cells.json")

@@ -300,3 +300,24 @@ def test_a_download_that_is_not_the_indexed_version_is_named(bucket, tmp_path):
     with pytest.raises(DataError, match=r"tagged/v2\.mp4: download failed after 1 attempt .*ETag"):
         for _ in stream.batches():
             pass
+
+
+def test_inspect_names_each_video_by_its_uri_not_its_node_cache_path(bucket, tmp_path, capsys):
+    """`raystream data inspect data.videos=s3://b/p/` prints `s3://b/p/x.mp4`, as the user gave it; the clips
+    (frames, order) are those of a local copy of the same videos."""
+    from raystream.data.inspect import main
+
+    def inspect(videos, **kw):
+        cfg = compose(["stream.batch_size=4", "stream.frames_per_clip=3", f"data.videos={videos}",
+                       f"data.cache_dir={tmp_path / 'node'}"])
+        assert main(cfg, batches=2, start_step=0, **kw) == 0
+        return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    for world_size in (None, 2):
+        remote, local = inspect(bucket["uri"], world_size=world_size), inspect(bucket["local"], world_size=world_size)
+        videos = [c["video"] for o in remote for c in o["clips"]]
+        assert videos and all(v.startswith(bucket["uri"]) and v.endswith(".mp4") for v in videos)
+        for o in local:
+            for c in o["clips"]:
+                c["video"] = bucket["uri"] + Path(c["video"]).name
+        assert remote == local

@@ -29,7 +29,7 @@ from raystream.tracking import names
 from raystream.tracking.store import client as make_client
 from raystream.train import correlation
 
-README = Path(__file__).parents[2] / "README.md"
+README = Path(__file__).parents[2] / "docs" / "paper-scale.md"
 
 
 def rehearsal_block():
@@ -47,7 +47,7 @@ EXPERIMENTS, OVERRIDES = rehearsal_block()
 
 
 def test_the_rehearsal_covers_every_paper_experiment():
-    shipped = sorted(p.stem for p in (README.parent / "sweeps" / "experiment").glob("*_paper.yaml"))
+    shipped = sorted(p.stem for p in (README.parents[1] / "sweeps" / "experiment").glob("*_paper.yaml"))
     assert sorted(EXPERIMENTS) == shipped
 
 

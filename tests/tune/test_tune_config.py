@@ -128,7 +128,7 @@ def test_the_readmes_sweep_commands_pass_every_check_made_before_ray(tmp_path):
 
     from raystream.tune.sweep import check_cells
 
-    readme = Path(__file__).resolve().parents[2] / "README.md"
+    readme = Path(__file__).resolve().parents[2] / "docs" / "sweeps-and-configs.md"
     lines = [ln.split("#")[0].strip() for ln in readme.read_text().splitlines() if ln.startswith("raystream sweep")]
     assert len(lines) >= 3
     for line in lines:

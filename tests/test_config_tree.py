@@ -1,0 +1,66 @@
+"""Where configs come from: the tree shipped in the package, then a user's own directories (env or --config-dir)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from raystream import config_tree
+from raystream.config import ConfigError, compose
+
+CHECKOUT_SWEEPS = Path(__file__).resolve().parents[1] / "sweeps"
+
+
+def test_the_shipped_tree_is_the_installed_package_data():
+    shipped = config_tree.shipped_dir()
+    assert (shipped / "config.yaml").is_file()
+    assert sorted(p.relative_to(shipped) for p in shipped.rglob("*.yaml")) == \
+        sorted(p.relative_to(CHECKOUT_SWEEPS) for p in CHECKOUT_SWEEPS.rglob("*.yaml"))
+
+
+def _experiment(root: Path, name: str, lr: float) -> None:
+    (root / "experiment").mkdir(parents=True, exist_ok=True)
+    (root / "experiment" / f"{name}.yaml").write_text(f"# @package _global_\noptimizer:\n  lr: {lr}\n")
+
+
+def test_a_user_directory_adds_options_and_keeps_the_shipped_ones(tmp_path, monkeypatch):
+    _experiment(tmp_path / "a", "mine", 0.0042)
+    _experiment(tmp_path / "b", "theirs", 0.0007)
+    monkeypatch.setenv(config_tree.ENV, f"{tmp_path / 'a'}:{tmp_path / 'b'}")
+    assert compose(["+experiment=mine"]).optimizer.lr == pytest.approx(0.0042)
+    assert compose(["+experiment=theirs"]).optimizer.lr == pytest.approx(0.0007)
+    assert compose(["optimizer=adamw"]).optimizer.name == "adamw"  # the shipped groups are still there
+    assert config_tree.find("experiment/theirs.yaml") == tmp_path / "b" / "experiment" / "theirs.yaml"
+    assert config_tree.find("sweep/smoke.yaml") == config_tree.shipped_dir() / "sweep" / "smoke.yaml"
+    assert config_tree.find("sweep/nothing.yaml") is None
+
+
+def test_a_shipped_name_stays_the_shipped_file(tmp_path, monkeypatch):
+    """As Hydra's own --config-dir: the user's directories come after the shipped tree."""
+    (tmp_path / "optimizer").mkdir()
+    (tmp_path / "optimizer" / "adamw.yaml").write_text("name: adamw\nlr: 0.123\n")
+    monkeypatch.setenv(config_tree.ENV, str(tmp_path))
+    assert compose(["optimizer=adamw"]).optimizer.lr != pytest.approx(0.123)
+
+
+def test_a_missing_user_directory_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv(config_tree.ENV, str(tmp_path / "nope"))
+    with pytest.raises(ConfigError, match="nope.*is not a directory"):
+        compose([])
+
+
+def test_hydra_searchpath_override_points_to_config_dir():
+    with pytest.raises(ConfigError, match="--config-dir"):
+        compose(["hydra.searchpath=[file:///tmp]"])
+
+
+def test_cli_config_dir_flag(tmp_path):
+    _experiment(tmp_path / "own", "mine", 0.0042)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "raystream.cli", *a], capture_output=True, text=True,
+                                    cwd=tmp_path, timeout=120)
+    out = run("train", "+experiment=mine", "--config-dir", "own", "--cfg", "job")
+    assert out.returncode == 0, out.stderr
+    assert "lr: 0.0042" in out.stdout
+    out = run("train", "--config-dir", "missing", "--cfg", "job")
+    assert out.returncode == 2 and "missing" in out.stderr and "is not a directory" in out.stderr

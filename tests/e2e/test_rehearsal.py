@@ -1,4 +1,4 @@
-"""The README's rehearsal of the paper experiments (section "At paper scale"): each of `+experiment=dora_paper`,
+"""The rehearsal of the paper experiments (docs/paper-scale.md, "Rehearsal"): each of `+experiment=dora_paper`,
 `videomae_paper` and `future_prediction_paper` at its own architecture, on the demo videos, 2 steps on the CPU
 with the stream correlation measured by the worker, and one evaluation pass at the end.
 
@@ -12,8 +12,8 @@ checkpoint (the resume). The ViT-L run is the same 2 steps without the kill: its
 optimizer states) is 4.9 GB, so it writes one, at the end; resuming does not depend on the architecture, and the
 two smaller paper models cover it.
 
-The overrides and the experiments are read from the README's rehearsal block, so the command users are told to run
-is the one tested. One local Ray cluster (tests/conftest.py) serves the three runs.
+The overrides and the experiments are read from the docs' rehearsal block, so the command users are told to run is
+the one tested. One local Ray cluster (tests/conftest.py) serves the three runs.
 """
 
 import os
@@ -29,16 +29,16 @@ from raystream.tracking import names
 from raystream.tracking.store import client as make_client
 from raystream.train import correlation
 
-README = Path(__file__).parents[2] / "docs" / "paper-scale.md"
+DOC = Path(__file__).parents[2] / "docs" / "paper-scale.md"
 
 
 def rehearsal_block():
-    """(the experiments of the README's `for e in ...` loop, the overrides of its `REHEARSAL="..."` line)."""
-    text = README.read_text()
+    """(the experiments of the docs' `for e in ...` loop, the overrides of its `REHEARSAL="..."` line)."""
+    text = DOC.read_text()
     overrides = re.search(r'^REHEARSAL="([^"]+)"', text, re.M)
     loop = re.search(r"^for e in ([\w ]+); do\n\s+RAYSTREAM_FAIL_AT_STEP=1 raystream train \+experiment=\$e "
                      r"\$REHEARSAL trainer\.run_name=rehearsal-\$e", text, re.M)
-    assert overrides and loop, "README: the rehearsal block (REHEARSAL=... and its for loop) is missing"
+    assert overrides and loop, f"{DOC}: the rehearsal block (REHEARSAL=... and its for loop) is missing"
     where = ("trainer.storage_path=", "mlflow.tracking_uri=")  # the tests write into their own tmp dirs
     return loop.group(1).split(), [o for o in shlex.split(overrides.group(1)) if not o.startswith(where)]
 
@@ -47,7 +47,7 @@ EXPERIMENTS, OVERRIDES = rehearsal_block()
 
 
 def test_the_rehearsal_covers_every_paper_experiment():
-    shipped = sorted(p.stem for p in (README.parents[1] / "sweeps" / "experiment").glob("*_paper.yaml"))
+    shipped = sorted(p.stem for p in (DOC.parents[1] / "sweeps" / "experiment").glob("*_paper.yaml"))
     assert sorted(EXPERIMENTS) == shipped
 
 

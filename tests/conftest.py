@@ -28,12 +28,22 @@ def _one_thread():
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """A local Ray cluster (or the one a previous fixture started); yields its GCS address."""
+    """A local Ray cluster (or the one a previous fixture started); yields its GCS address. A start that times out
+    (Ray waits a fixed time for its GCS and raylet, which a loaded machine can exceed) fails the test saying so,
+    with the load average; it is not retried."""
     import ray
 
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
+        except Exception as exc:
+            if not (isinstance(exc, TimeoutError) or any(w in str(exc).lower() for w in ("timed out", "timeout"))):
+                raise
+            load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+            pytest.fail(f"Ray did not start: a time-out while starting ({type(exc).__name__}: {exc}), as when the "
+                        f"machine is loaded: load average {load} (1, 5, 15 min) on {os.cpu_count()} CPUs. Not "
+                        "retried.", pytrace=False)
     yield ray.get_runtime_context().gcs_address
     if started:
         ray.shutdown()

@@ -1,12 +1,24 @@
-"""Test hooks that make a run fail or slow down on purpose (read on the driver by `fit`, handed to the workers),
-and SIGTERM handled as Ctrl-C (`sigterm_as_sigint`), so a job scheduler's stop ends a run as cleanly as Ctrl-C.
+"""Test hooks that make a run fail, pause or slow down on purpose (read on the driver by `fit`, handed to the
+workers), and SIGTERM handled as Ctrl-C (`sigterm_as_sigint`), so a job scheduler's stop ends a run as cleanly as
+Ctrl-C.
 
     RAYSTREAM_FAIL_AT_STEP=k      the worker of rank RAYSTREAM_FAIL_RANK (default 0) raises FaultInjected just
                                   before training step k, once per run: a marker file records that it fired, so
                                   the restarted worker (and a re-run of the same run name) goes past step k.
     RAYSTREAM_FAIL_MARKER=path    the marker file (default: `.fault_injected_step<k>` in the run directory when
                                   it is local, else in the system temp dir).
-    RAYSTREAM_STEP_DELAY_S=s      every worker sleeps s seconds per step (to kill a driver mid-run in a test).
+    RAYSTREAM_PAUSE_AT_STEP=k     the worker of rank 0 pauses just before training step k (so every checkpoint
+                                  before step k is on storage): it creates the file RAYSTREAM_PAUSE_FILE and waits
+                                  until that file is removed, then trains on. A test acts on the run at a known
+                                  step (signals its driver, breaks its storage or tracking server, reads its
+                                  listeners) instead of racing a fixed delay, and removes the file to let the run
+                                  go on (or leaves it, when the run is to be stopped there). A worker that reaches
+                                  step k again (restarted) pauses again; one that finds the file already there
+                                  waits for its removal all the same.
+    RAYSTREAM_PAUSE_FILE=path     the file of the pause (required with RAYSTREAM_PAUSE_AT_STEP).
+    RAYSTREAM_PAUSE_TIMEOUT_S=s   the longest pause (default 120 s): then the worker raises PauseTimedOut naming
+                                  the hook and the file, so no run (and no test) waits forever on a pause.
+    RAYSTREAM_STEP_DELAY_S=s      every worker sleeps s seconds per step (to keep a run going for a while).
 """
 
 from __future__ import annotations
@@ -24,8 +36,16 @@ CAUSES = {"SIGINT": "interrupted (SIGINT: Ctrl-C)",
           "SIGTERM": "interrupted (SIGTERM: a job scheduler, `timeout` or `ray job stop`)"}
 
 
+PAUSE_TIMEOUT_S = 120.0
+PAUSE_POLL_S = 0.05
+
+
 class FaultInjected(RuntimeError):
     """Raised by the fault-injection hook; Ray Train treats it like any worker failure and restarts."""
+
+
+class PauseTimedOut(RuntimeError):
+    """Raised by the pause hook when nobody removed its file in time (a test that never acted on the pause)."""
 
 
 def from_env(run_dir_local: Optional[str], run_name: str) -> Dict[str, Any]:
@@ -38,6 +58,13 @@ def from_env(run_dir_local: Optional[str], run_name: str) -> Dict[str, Any]:
             base = Path(run_dir_local) if run_dir_local else Path(tempfile.gettempdir()) / f"raystream-{run_name}"
             marker = str(base / f".fault_injected_step{step}")
         hooks.update(fail_at_step=step, fail_rank=int(os.environ.get("RAYSTREAM_FAIL_RANK", "0")), fail_marker=marker)
+    if os.environ.get("RAYSTREAM_PAUSE_AT_STEP"):
+        if not os.environ.get("RAYSTREAM_PAUSE_FILE"):
+            raise ValueError("RAYSTREAM_PAUSE_AT_STEP is set without RAYSTREAM_PAUSE_FILE (the file the paused "
+                             "worker creates and waits on)")
+        hooks.update(pause_at_step=int(os.environ["RAYSTREAM_PAUSE_AT_STEP"]),
+                     pause_file=os.environ["RAYSTREAM_PAUSE_FILE"],
+                     pause_timeout_s=float(os.environ.get("RAYSTREAM_PAUSE_TIMEOUT_S", PAUSE_TIMEOUT_S)))
     if os.environ.get("RAYSTREAM_STEP_DELAY_S"):
         hooks["step_delay_s"] = float(os.environ["RAYSTREAM_STEP_DELAY_S"])
     return hooks
@@ -47,6 +74,8 @@ def before_step(hooks: Dict[str, Any], step: int, rank: int) -> None:
     """Apply the hooks before training step `step` on worker `rank`."""
     if hooks.get("step_delay_s"):
         time.sleep(hooks["step_delay_s"])
+    if hooks.get("pause_at_step") == step and rank == 0:
+        pause(Path(hooks["pause_file"]), step, float(hooks["pause_timeout_s"]))
     if hooks.get("fail_at_step") != step or hooks.get("fail_rank", 0) != rank:
         return
     marker = Path(hooks["fail_marker"])
@@ -57,6 +86,23 @@ def before_step(hooks: Dict[str, Any], step: int, rank: int) -> None:
     except FileExistsError:
         return
     raise FaultInjected(f"RAYSTREAM_FAIL_AT_STEP={step}: injected failure on rank {rank} (marker {marker})")
+
+
+def pause(path: Path, step: int, timeout_s: float) -> None:
+    """Create `path` (unless an earlier attempt's pause left it) and wait until it is removed; PauseTimedOut
+    after `timeout_s`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(path, "x") as f:
+            f.write(f"paused before step {step} on rank 0 (pid {os.getpid()}): remove this file to go on\n")
+    except FileExistsError:
+        pass
+    deadline = time.monotonic() + timeout_s
+    while path.exists():
+        if time.monotonic() > deadline:
+            raise PauseTimedOut(f"RAYSTREAM_PAUSE_AT_STEP={step}: paused before step {step} on rank 0 for "
+                                f"{timeout_s:g} s (RAYSTREAM_PAUSE_TIMEOUT_S) and nobody removed {path}")
+        time.sleep(PAUSE_POLL_S)
 
 
 @contextmanager

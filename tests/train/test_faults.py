@@ -1,4 +1,6 @@
-"""The fault-injection hook fires once per run, on the chosen rank only."""
+"""The fault-injection hooks (raystream/train/faults.py): the failure fires once per run on the chosen rank; the
+pause holds rank 0 before its step until the test removes the pause file. Then, through real runs paused at a known
+step: a tracking outage, SIGTERM, a storage path that fails mid-run, and the listeners of a local run."""
 
 import pytest
 
@@ -19,9 +21,49 @@ def test_fail_once_at_step_on_rank(tmp_path, monkeypatch):
     assert (tmp_path / "run" / ".fault_injected_step3").is_file()
 
 
+def test_pause_holds_rank_0_before_its_step_until_the_file_is_removed(tmp_path, monkeypatch):
+    """Rank 0 creates the pause file before step 2 and waits until it is removed; other steps and ranks go on; a
+    pause nobody ends raises PauseTimedOut naming the hook and the file."""
+    import threading
+    import time
+
+    paused = tmp_path / "paused"
+    monkeypatch.setenv("RAYSTREAM_PAUSE_AT_STEP", "2")
+    monkeypatch.setenv("RAYSTREAM_PAUSE_FILE", str(paused))
+    hooks = faults.from_env(None, "r")
+    faults.before_step(hooks, 1, rank=0)
+    faults.before_step(hooks, 2, rank=1)
+    assert not paused.exists()
+
+    seen = {}
+
+    def release():
+        deadline = time.monotonic() + 30
+        while not paused.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen["text"] = paused.read_text()
+        time.sleep(0.3)
+        seen["released_at"] = time.monotonic()
+        paused.unlink()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    faults.before_step(hooks, 2, rank=0)
+    returned_at = time.monotonic()
+    releaser.join()
+    assert "paused before step 2 on rank 0" in seen["text"] and returned_at >= seen["released_at"]
+
+    monkeypatch.setenv("RAYSTREAM_PAUSE_TIMEOUT_S", "0.2")
+    with pytest.raises(faults.PauseTimedOut, match=f"RAYSTREAM_PAUSE_AT_STEP=2.*nobody removed {paused}"):
+        faults.before_step(faults.from_env(None, "r"), 2, rank=0)
+    monkeypatch.delenv("RAYSTREAM_PAUSE_FILE")
+    with pytest.raises(ValueError, match="RAYSTREAM_PAUSE_FILE"):
+        faults.from_env(None, "r")
+
+
 def test_no_hooks_without_env(monkeypatch):
-    monkeypatch.delenv("RAYSTREAM_FAIL_AT_STEP", raising=False)
-    monkeypatch.delenv("RAYSTREAM_STEP_DELAY_S", raising=False)
+    for name in ("RAYSTREAM_FAIL_AT_STEP", "RAYSTREAM_STEP_DELAY_S", "RAYSTREAM_PAUSE_AT_STEP"):
+        monkeypatch.delenv(name, raising=False)
     assert faults.from_env(None, "r") == {}
     faults.before_step({}, 0, 0)
 
@@ -29,7 +71,7 @@ def test_no_hooks_without_env(monkeypatch):
 @pytest.mark.slow
 def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(ray_cluster, tiny, tiny_overrides,
                                                                                workdir, capfd, monkeypatch):
-    """The MLflow server dies at step 1 and stays down: training ends all the same, non-zero, naming the file of
+    """The MLflow server dies after step 1 (the run paused before step 2) and stays down: training ends all the same, non-zero, naming the file of
     unsent metrics beside the checkpoints and the command that uploads it; that command, once the server is back,
     records every step exactly once and closes the run FINISHED."""
     import threading
@@ -44,27 +86,37 @@ def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(
     from raystream.tracking import unsent
     from raystream.train import run
 
-    monkeypatch.setenv("RAYSTREAM_STEP_DELAY_S", "0.5")
+    paused = workdir["dir"] / "outage.paused"
+    monkeypatch.setenv("RAYSTREAM_PAUSE_AT_STEP", "2")
+    monkeypatch.setenv("RAYSTREAM_PAUSE_FILE", str(paused))
     with restartable_mlflow() as server:
         overrides = [*tiny_overrides("trainer.num_workers=1"), f"mlflow.tracking_uri={server.uri}",
                      "trainer.run_name=outage"]
         client = make_client(server.uri)
+        killed = {}
 
         def kill_after_step_1():
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                runs = client.search_runs(client.get_experiment_by_name("train-tests").experiment_id,
-                                          "tags.`mlflow.runName` = 'outage'") \
-                    if client.get_experiment_by_name("train-tests") else []
-                if runs and any(m.step >= 1 for m in client.get_metric_history(runs[0].info.run_id, "loss")):
-                    server.kill()
-                    return
-                time.sleep(0.2)
+            """Once the run is paused before step 2 and the server holds step 1's loss: kill the server, then let
+            the run go on (whatever happened, so the run never waits out its pause)."""
+            try:
+                deadline = time.monotonic() + 300
+                while time.monotonic() < deadline:
+                    runs = client.search_runs(client.get_experiment_by_name("train-tests").experiment_id,
+                                              "tags.`mlflow.runName` = 'outage'") \
+                        if paused.exists() and client.get_experiment_by_name("train-tests") else []
+                    if runs and any(m.step >= 1 for m in client.get_metric_history(runs[0].info.run_id, "loss")):
+                        server.kill()
+                        killed["while_paused"] = paused.exists()
+                        return
+                    time.sleep(0.2)
+            finally:
+                paused.unlink(missing_ok=True)
 
         killer = threading.Thread(target=kill_after_step_1, daemon=True)
         killer.start()
         assert run.main(compose(overrides), overrides) == 1
         killer.join()
+        assert killed == {"while_paused": True}  # the server died with steps 2 to 5 still to come
         err = capfd.readouterr().err
         path = str(Path(workdir["storage"]) / "outage" / unsent.FILE_NAME)
         assert f"raystream tracking upload {path}" in err and server.uri in err
@@ -83,7 +135,8 @@ def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(
 
 @pytest.mark.slow
 def test_sigterm_ends_the_run_killed_with_the_cause(ray_cluster, tiny_overrides, workdir):
-    """SIGTERM (a job scheduler, `timeout`, `ray job stop`) stops the run as Ctrl-C does: exit 143, the resume
+    """SIGTERM (a job scheduler, `timeout`, `ray job stop`), sent while the run is paused before step 2 after its
+    first checkpoint, stops the run as Ctrl-C does: exit 143, the resume
     command printed, the MLflow run KILLED with the cause in `raystream.error`."""
     import json
     import os
@@ -95,11 +148,14 @@ def test_sigterm_ends_the_run_killed_with_the_cause(ray_cluster, tiny_overrides,
     from raystream.train import checkpoint
 
     overrides = tiny_overrides("trainer.num_workers=1", "trainer.run_name=termed")
-    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_STEP_DELAY_S": "1"}
+    paused = workdir["dir"] / "termed.paused"  # never removed: the run is stopped in its pause before step 2
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_PAUSE_AT_STEP": "2",
+           "RAYSTREAM_PAUSE_FILE": str(paused)}
     run_dir = Path(workdir["storage"]) / "termed"
     err = workdir["dir"] / "termed.stderr"
     with train_process(overrides, env, workdir["dir"], err) as driver:
-        wait_for(driver, err, lambda: list(run_dir.glob("checkpoint_0*")), 200, "no checkpoint", poll_s=0.2)
+        wait_for(driver, err, paused.exists, 200, "no pause before step 2")
+        assert list(run_dir.glob("checkpoint_0*")), "no checkpoint on storage before step 2"
         driver.send_signal(signal.SIGTERM)
         assert driver.wait(timeout=120) == 143, err.read_text()[-3000:]
     assert "interrupted (SIGTERM)" in err.read_text() and "trainer.run_name=termed" in err.read_text()
@@ -111,8 +167,8 @@ def test_sigterm_ends_the_run_killed_with_the_cause(ray_cluster, tiny_overrides,
 
 @pytest.mark.slow
 def test_a_storage_path_failing_mid_run_ends_the_run_failed_naming_the_path(ray_cluster, tiny_overrides, workdir):
-    """The run's directory on trainer.storage_path becomes unusable after the first checkpoint (moved away and a
-    file left in its place: the storage behind the path is gone; as root, a read-only directory would still be
+    """The run's directory on trainer.storage_path becomes unusable after the first checkpoint, while the run is
+    paused before step 2 (moved away and a file left in its place: the storage behind the path is gone; as root, a read-only directory would still be
     written). The next checkpoint fails: `raystream train` exits 1 naming the path, the MLflow run is FAILED with
     the cause in `raystream.error`, and no retry loop keeps it going (Ray Train's controller fails the run)."""
     import json
@@ -123,14 +179,18 @@ def test_a_storage_path_failing_mid_run_ends_the_run_failed_naming_the_path(ray_
     from raystream.tracking import client as make_client
 
     overrides = tiny_overrides("trainer.num_workers=1", "trainer.run_name=lost")
-    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_STEP_DELAY_S": "1"}
+    paused = workdir["dir"] / "lost.paused"
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_PAUSE_AT_STEP": "2",
+           "RAYSTREAM_PAUSE_FILE": str(paused)}
     run_dir = Path(workdir["storage"]) / "lost"
     err = workdir["dir"] / "lost.stderr"
     with train_process(overrides, env, workdir["dir"], err) as driver:
-        wait_for(driver, err, lambda: list(run_dir.glob("checkpoint_0*")), 200, "no checkpoint", poll_s=0.2)
+        wait_for(driver, err, paused.exists, 200, "no pause before step 2")
+        assert list(run_dir.glob("checkpoint_0*")), "no checkpoint on storage before step 2"
         run_id = json.loads((run_dir / "raystream_run.json").read_text())["mlflow_run_id"]
         run_dir.rename(run_dir.with_name("lost.moved"))
         run_dir.write_text("the storage is gone")
+        paused.unlink()  # the run goes on to its next checkpoint (after step 3)
         rc = driver.wait(timeout=180)
     text = err.read_text()
     assert rc == 1, text[-3000:]
@@ -149,7 +209,8 @@ def _local(path):
 def test_a_local_run_listens_on_loopback_only(tiny_overrides, workdir):
     """`raystream train` with 2 workers on a local Ray (no RAY_ADDRESS): every TCP listener of the driver and of
     every process below it (Ray's GCS, raylet, agents, the Train workers with torch.distributed's store and gloo's
-    sockets) is on the loopback interface; read from /proc while the run trains.
+    sockets) is on the loopback interface; read from /proc while the run trains, once at least while it is paused
+    before step 3 (every worker up, mid-run).
     The same run (one full run serves both) has a corrupt video among the demo videos with data.on_bad_video=skip:
     it trains to the end on the others, and its MLflow run records the skipped one and why."""
     import json
@@ -174,17 +235,24 @@ def test_a_local_run_listens_on_loopback_only(tiny_overrides, workdir):
                                f"data.videos=[{broken},{','.join(good)}]", "data.on_bad_video=skip",
                                f"eval.dataset={probes}")
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
-    env["RAYSTREAM_STEP_DELAY_S"] = "0.5"
+    paused = workdir["dir"] / "loopback.paused"  # rank 0 before step 3, rank 1 waiting on it: both mid-run
+    env.update(RAYSTREAM_PAUSE_AT_STEP="3", RAYSTREAM_PAUSE_FILE=str(paused))
     err = workdir["dir"] / "loopback.stderr"
     seen = {}
+    read_while_paused = False
     with train_process(overrides, env, workdir["dir"], err) as driver:
         deadline = time.time() + 400
         while driver.poll() is None and time.time() < deadline:
+            was_paused = paused.exists()
             for pid in descendants(driver.pid):
                 for address, port in listening(pid):
                     seen[(pid, address, port)] = True
+            if was_paused:
+                read_while_paused = True
+                paused.unlink()  # the run trains on to its end
             time.sleep(0.5)
         assert driver.wait(timeout=60) == 0, err.read_text()[-3000:]
+    assert read_while_paused, "the listeners were never read while the run was paused before step 3"
     assert len({pid for pid, _, _ in seen}) >= 4, seen  # GCS, raylet, the workers at least
     outside = sorted(k for k in seen if not is_loopback(k[1]))
     assert not outside, f"listeners off the loopback interface (pid, address, port): {outside}; all: {sorted(seen)}"

@@ -5,9 +5,10 @@ a controller and a worker group:
     single  1 worker  x 4 clips; the worker raises once before step 2 (RAYSTREAM_FAIL_AT_STEP) and Ray Train
             restarts it from the step-2 checkpoint (so step 2 is logged by the restarted attempt only)
     ddp     2 workers x 2 clips, uninterrupted, knn probe every 3 steps: the reference the others must equal
-    killed  `raystream train` in a subprocess (1 worker) with a slow Ray Train controller, interrupted (SIGINT) once
-            its second checkpoint is complete on storage, before the controller registered it; then the same run
-            name again in-process: resumes at that checkpoint, and ends equal to `single`
+    killed  `raystream train` in a subprocess (1 worker) with a slow Ray Train controller, interrupted (SIGINT) while
+            paused before step 4 (RAYSTREAM_PAUSE_AT_STEP), its second checkpoint complete on storage and not yet
+            registered by the controller; then the same run name again in-process: resumes at that checkpoint, and
+            ends equal to `single`
 """
 
 import json
@@ -160,16 +161,17 @@ def test_interrupted_run_resumes_from_newest_complete_checkpoint(ray_cluster, ti
     checkpoint on storage although Ray Train's record names an older one (issue 12 item 8: 'resuming at step 10'
     with checkpoints 20 and 30 on disk), and keeps `trainer.keep_checkpoints` of them."""
     overrides = tiny_overrides("trainer.num_workers=1", "trainer.run_name=killed")
-    # The controller polls the workers every 8 s, so it registers checkpoints long after they are on storage.
-    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_STEP_DELAY_S": "1",
-           "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "8"}
+    # The controller polls the workers every 8 s, so it registers checkpoints long after they are on storage. The
+    # run pauses before step 4, its second checkpoint just written, and is interrupted there (the pause never ends).
+    paused = workdir["dir"] / "killed.paused"
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_PAUSE_AT_STEP": "4",
+           "RAYSTREAM_PAUSE_FILE": str(paused), "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "8"}
     env.pop("RAYSTREAM_FAIL_AT_STEP", None)
     run_dir = Path(workdir["storage"]) / "killed"
     err = workdir["dir"] / "killed.stderr"
     with train_process(overrides, env, workdir["dir"], err) as driver:
-        wait_for(driver, err,
-                 lambda: (checkpoint.latest(*_local(run_dir)) or ("", {"next_step": 0}))[1]["next_step"] >= 4,
-                 150, "no second checkpoint")
+        wait_for(driver, err, paused.exists, 150, "no pause before step 4")
+        assert checkpoint.latest(*_local(run_dir))[1]["next_step"] == 4, "the second checkpoint is not complete"
         driver.send_signal(signal.SIGINT)
         assert driver.wait(timeout=90) == 130, err.read_text()
     # Ray's record (checkpoint_manager_snapshot.json) names checkpoint 2 at best here: its controller had not polled

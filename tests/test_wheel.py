@@ -34,6 +34,11 @@ def _inside_checkout(path: str) -> bool:
         return False
 
 
+def _site_packages(path: str) -> bool:
+    """A venv's or the system's site-packages (the test venv lives in the checkout on CI: `make test` makes .venv)."""
+    return Path(path).name in ("site-packages", "dist-packages")
+
+
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=kw.pop("timeout", 300), **kw)
     assert out.returncode == 0, f"{' '.join(map(str, cmd))} exited {out.returncode}:\n{out.stdout[-3000:]}\n" \
@@ -67,7 +72,9 @@ def installed(wheel, tmp_path_factory) -> dict:
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     purelib = Path(_run([str(venv / "bin" / "python"), "-c",
                          "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
-    deps = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages") and not _inside_checkout(p)]
+    # Only site-packages: the test venv's .pth files (its editable raystream among them) are not read from a path
+    # listed in another .pth, so raystream can come only from the wheel (checked below).
+    deps = [p for p in sys.path if _site_packages(p)]
     (purelib / "test_env_deps.pth").write_text("\n".join(deps) + "\n")
     _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps", "--no-index",
           str(wheel)])
@@ -101,7 +108,7 @@ def test_raystream_comes_from_the_wheel_and_finds_its_configs_outside_the_checko
     module, configs, path = json.loads(out.stdout)
     assert Path(module).is_relative_to(installed["purelib"])
     assert Path(configs) == installed["purelib"] / "raystream" / "_sweeps"
-    assert not [p for p in path if _inside_checkout(p)], "the checkout is on sys.path"
+    assert not [p for p in path if _inside_checkout(p) and not _site_packages(p)], "the checkout is on sys.path"
     job = _raystream(installed, "train", "--cfg", "job", "optimizer=adamw")
     assert "name: adamw" in job.stdout and "experiment: default" in job.stdout
 

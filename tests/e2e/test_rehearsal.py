@@ -53,7 +53,14 @@ def test_the_rehearsal_covers_every_paper_experiment():
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    return tmp_path_factory.mktemp("rehearsal")
+    """The module's directory; its checkpoints (about 8 GB: the ViT-L's alone is 4.9 GB) and start files are removed
+    at the end, as pytest keeps the temp dirs of the last three sessions and the disk would fill."""
+    import shutil
+
+    d = tmp_path_factory.mktemp("rehearsal")
+    yield d
+    for big in [d / "results", *d.glob("start-*")]:
+        shutil.rmtree(big, ignore_errors=True)
 
 
 def published_start(experiment: str, directory: Path):

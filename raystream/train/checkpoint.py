@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Dict, Optional, Sequence, Tuple
 
@@ -62,14 +63,68 @@ def set_rng_state(state: Dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+@dataclass
+class Snapshot:
+    """A checkpoint's content, ready to write: the two state files' objects and meta.json (sizes added on write)."""
+
+    model_state: Dict[str, torch.Tensor]
+    train_state: Dict[str, Any]  # the RNG states included
+    meta: Dict[str, Any]
+
+
+def host_copy(obj: Any) -> Any:
+    """`obj` with every tensor copied to host memory (a CPU tensor cloned, since training goes on updating it in
+    place), containers rebuilt: a snapshot a background thread can write while the next steps run."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: host_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        items = [host_copy(v) for v in obj]
+        return items if isinstance(obj, list) else tuple(items)
+    return obj
+
+
+def snapshot(*, model_state: Dict[str, torch.Tensor], train_state: Dict[str, Any], meta: Dict[str, Any],
+             copy: bool = True) -> Snapshot:
+    """The checkpoint of the state now (RNG states taken here). `copy`: tensors copied to host memory (`host_copy`),
+    for a write that runs while training goes on; without it the snapshot shares the live tensors."""
+    train_state = {**train_state, "rng": rng_state()}
+    if copy:
+        model_state, train_state = host_copy(model_state), host_copy(train_state)
+    return Snapshot(model_state, train_state, json.loads(json.dumps(meta)))
+
+
+def write(fs, path: str, snap: Snapshot) -> None:
+    """Write `snap` into checkpoint directory `path` on pyarrow filesystem `fs` (local or object store: straight
+    there, no temporary copy). meta.json goes last, with the other files' sizes: until it is written the directory
+    reads as torn (`restorable`), an older meta.json there (a checkpoint written again) removed first."""
+    import pyarrow.fs as pafs
+
+    fs.create_dir(path, recursive=True)
+    meta_path = f"{path}/{META_FILE}"
+    if fs.get_file_info(meta_path).type == pafs.FileType.File:
+        fs.delete_file(meta_path)
+    sizes = {}
+    for name, obj in ((MODEL_FILE, snap.model_state), (STATE_FILE, snap.train_state)):
+        if isinstance(fs, pafs.LocalFileSystem):
+            torch.save(obj, f"{path}/{name}")  # torch's own file writer: the fastest path to a local disk
+        else:
+            with fs.open_output_stream(f"{path}/{name}") as f:
+                torch.save(obj, f)
+        sizes[name] = fs.get_file_info(f"{path}/{name}").size
+    with fs.open_output_stream(meta_path) as f:
+        f.write(json.dumps({**snap.meta, "file_sizes": sizes}, indent=1, sort_keys=True).encode())
+
+
 def save(directory: Path, *, model_state: Dict[str, torch.Tensor], train_state: Dict[str, Any],
          meta: Dict[str, Any]) -> Path:
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    torch.save(model_state, directory / MODEL_FILE)
-    torch.save({**train_state, "rng": rng_state()}, directory / STATE_FILE)
-    sizes = {name: (directory / name).stat().st_size for name in (MODEL_FILE, STATE_FILE)}
-    (directory / META_FILE).write_text(json.dumps({**meta, "file_sizes": sizes}, indent=1, sort_keys=True))
+    """Write a checkpoint of the live state into local `directory` now (no copy to host memory first)."""
+    import pyarrow.fs as pafs
+
+    directory = Path(directory).resolve()
+    write(pafs.LocalFileSystem(), str(directory),
+          snapshot(model_state=model_state, train_state=train_state, meta=meta, copy=False))
     return directory
 
 

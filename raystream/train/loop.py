@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 from raystream.tracking import names
-from raystream.train import checkpoint, divergence, faults
+from raystream.train import checkpoint, divergence, faults, persist
 from raystream.train.progress import Progress
 from raystream.train.schedule import Schedules
 from raystream.train.step import autocast_for, forward_backward, optimizer_update
@@ -167,6 +166,7 @@ class LoopState:
     final: Dict[str, Any] = field(default_factory=dict)
     window_loss: float = 0.0  # loss summed since the last Ray Train report
     window_n: int = 0
+    checkpoints: persist.Checkpointer = field(default_factory=persist.Checkpointer)  # rank 0's checkpoint writes
 
     def add(self, scalars: Dict[str, float]) -> None:
         for key, value in scalars.items():
@@ -198,6 +198,7 @@ def restore(w: Worker) -> LoopState:
     ckpt = _checkpoint_to_restore(w.run)
     if ckpt is None:
         return LoopState()
+    checkpoints = persist.Checkpointer(persist.registered_names(), Path(ckpt.path).name) if w.rank == 0 else None
     with ckpt.as_directory() as d:
         model_state, train_state, meta = checkpoint.load(Path(d))
     w.net.load_state_dict(model_state)
@@ -209,7 +210,7 @@ def restore(w: Worker) -> LoopState:
     w.stream.load_state_dict(meta["stream"])
     return LoopState(start=start, next_step=start, sums=dict(train_state.get("sums", {})),
                      count=int(train_state.get("count", 0)), last_eval=dict(train_state.get("eval", {})),
-                     final=dict(train_state.get("final") or {}))
+                     final=dict(train_state.get("final") or {}), checkpoints=checkpoints or persist.Checkpointer())
 
 
 def train_step(w: Worker, batch, t: int) -> Tuple[Dict[str, float], Dict[str, float]]:
@@ -351,14 +352,16 @@ def report_with_checkpoint(w: Worker, state: LoopState, metrics: Dict[str, Any])
     if int(stream_state.get("step", state.next_step)) != state.next_step:
         raise RuntimeError(f"stream state is at step {stream_state.get('step')} but {state.next_step} steps were "
                            "trained")
-    train_state = {"optimizer": w.optimizer.state_dict(), "sums": dict(state.sums), "count": state.count,
-                   "eval": dict(state.last_eval), "final": dict(state.final),
-                   "diagnostics": w.cosines.diagnostics_state_dict() if w.cosines is not None else {}}
     meta = {"next_step": state.next_step, "total_steps": w.total, "stream": stream_state, "world_size": w.world,
             "mlflow_run_id": w.run["mlflow_run_id"], "run_name": w.run["run_name"], "finished": bool(state.final)}
-    with tempfile.TemporaryDirectory(prefix="raystream-ckpt-") as d:
-        checkpoint.save(Path(d), model_state=w.net.state_dict(), train_state=train_state, meta=meta)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d), checkpoint_dir_name=name)
+
+    def take() -> checkpoint.Snapshot:  # the step waits for this copy to host memory, not for the write
+        train_state = {"optimizer": w.optimizer.state_dict(), "sums": dict(state.sums), "count": state.count,
+                       "eval": dict(state.last_eval), "final": dict(state.final),
+                       "diagnostics": w.cosines.diagnostics_state_dict() if w.cosines is not None else {}}
+        return checkpoint.snapshot(model_state=w.net.state_dict(), train_state=train_state, meta=meta)
+
+    state.checkpoints.report(metrics, name, take)
 
 
 def _finished_already(w: Worker, state: LoopState) -> Dict[str, Any]:

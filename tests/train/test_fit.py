@@ -216,3 +216,36 @@ def test_preflight_fails_before_any_worker_starts(ray_cluster, tiny, workdir):
         fit(cfg, run_name="indivisible")
     for name in ("too-many", "no-gpu", "indivisible"):
         assert not (Path(workdir["storage"]) / name).exists()
+
+
+def test_a_torn_registered_checkpoint_is_written_again_and_pruned_once(ray_cluster, tiny, tiny_overrides, workdir,
+                                                                       capfd):
+    """Issue 34 item 7, as a user meets it: a run stopped after its checkpoint 6 was written and registered by Ray
+    Train, that checkpoint's train_state.pt then cut to half. The re-run warns, resumes from checkpoint 4 and writes
+    checkpoint 6 again; Ray Train's record keeps one entry for it, so the prunes at 8, 10 and 12
+    (`keep_checkpoints` 2) delete each directory once, and the run ends (it failed with `FileNotFoundError: Path not
+    found .../checkpoint_00000006` when Ray listed the directory twice)."""
+    extra = ("trainer.num_workers=1", "trainer.max_steps=12")
+    paused = workdir["dir"] / "torn.paused"
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_PAUSE_AT_STEP": "7",
+           "RAYSTREAM_PAUSE_FILE": str(paused)}
+    env.pop("RAYSTREAM_FAIL_AT_STEP", None)
+    run_dir = Path(workdir["storage"]) / "torn"
+    snapshot = run_dir / "checkpoint_manager_snapshot.json"
+    err = workdir["dir"] / "torn.stderr"
+    with train_process(tiny_overrides(*extra, "trainer.run_name=torn"), env, workdir["dir"], err) as driver:
+        wait_for(driver, err, lambda: paused.exists() and snapshot.exists()
+                 and "checkpoint_00000006" in snapshot.read_text(), 150, "checkpoint 6 registered, paused at 7")
+        driver.send_signal(signal.SIGINT)
+        assert driver.wait(timeout=90) == 130, err.read_text()
+    state = run_dir / "checkpoint_00000006" / checkpoint.STATE_FILE
+    state.write_bytes(state.read_bytes()[:state.stat().st_size // 2])
+    capfd.readouterr()
+
+    resumed = fit(tiny(*extra), run_name="torn")
+    warned = capfd.readouterr().err
+    assert "skipping torn checkpoint" in warned and "checkpoint_00000006" in warned, warned
+    assert resumed["start_step"] == 4 and resumed["steps_done"] == 12
+    kept = sorted(p.name for p in run_dir.glob("checkpoint_0*"))
+    assert kept == ["checkpoint_00000010", "checkpoint_00000012"], kept
+    assert checkpoint.latest(*_local(run_dir))[1]["next_step"] == 12

@@ -6,7 +6,9 @@
     meta.json         next_step, total_steps, the stream's state_dict, the MLflow run id, world size, finished, and
                       the byte size of the two other files (written last: a checkpoint is complete when they match)
 
-Everything is tensors and plain containers, so it loads with `torch.load(weights_only=True)`.
+Everything is tensors and plain containers, so it loads with `torch.load(weights_only=True)`. `snapshot` takes the
+content (copied to host memory, so training can go on) and `write` puts it straight into a directory on any pyarrow
+filesystem (local, s3://), meta.json last; raystream/train/persist.py hands that to Ray Train's upload thread.
 
 Which checkpoint a re-run resumes from is read from the storage itself (`latest`): Ray Train's own record of the
 latest checkpoint lags behind what the workers have written (the controller takes one report per poll), so after
@@ -186,6 +188,15 @@ def checkpoint_dirs(fs, run_dir: str) -> Dict[str, int]:
         if info.type == pafs.FileType.Directory and name.startswith(PREFIX) and name[len(PREFIX):].isdigit():
             out[info.path] = int(name[len(PREFIX):])
     return out
+
+
+def newest_complete(fs, run_dir: str) -> Optional[str]:
+    """Path of the complete checkpoint with the highest step in `run_dir`; None when it holds none (torn ones are
+    passed over without a word: `latest` names them)."""
+    for path, _ in sorted(checkpoint_dirs(fs, run_dir).items(), key=lambda item: -item[1]):
+        if _complete_meta(fs, path) is not None:
+            return path
+    return None
 
 
 def latest(fs, run_dir: str) -> Optional[Tuple[str, Dict[str, Any]]]:

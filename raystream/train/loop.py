@@ -185,11 +185,15 @@ class LoopState:
 
 
 def _checkpoint_to_restore(run: Dict[str, Any]):
-    """The newer of Ray Train's latest registered checkpoint and the driver's `resume_from` (the newest complete
-    one on storage, which Ray's record can lag behind), or None."""
+    """The newest of Ray Train's latest registered checkpoint, the driver's `resume_from` (the newest complete one
+    on storage when the run started) and the newest complete one on storage now (a restart after a fault: written
+    in full by the failed attempt, whose report Ray Train may not have taken), or None."""
     import ray.train
 
-    return checkpoint.restorable([ray.train.get_checkpoint(), run.get("resume_from")])  # verified: a torn one skipped
+    storage = ray.train.get_context().get_storage()
+    now = checkpoint.newest_complete(storage.storage_filesystem, storage.experiment_fs_path)
+    return checkpoint.restorable([ray.train.get_checkpoint(), run.get("resume_from"),  # verified: a torn one skipped
+                                  ray.train.Checkpoint(now, filesystem=storage.storage_filesystem) if now else None])
 
 
 def restore(w: Worker) -> LoopState:
@@ -431,6 +435,7 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
             if state.next_step >= w.total:
                 break
     finally:
+        persist.wait()  # a checkpoint write in flight ends complete before an error reaches Ray Train (and a restart)
         records.close()
         w.stream.close()
     return state.final if w.rank == 0 else None

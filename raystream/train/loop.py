@@ -359,11 +359,11 @@ def report_with_checkpoint(w: Worker, state: LoopState, metrics: Dict[str, Any])
     meta = {"next_step": state.next_step, "total_steps": w.total, "stream": stream_state, "world_size": w.world,
             "mlflow_run_id": w.run["mlflow_run_id"], "run_name": w.run["run_name"], "finished": bool(state.final)}
 
-    def take() -> checkpoint.Snapshot:  # the step waits for this copy to host memory, not for the write
+    def take(copy: bool) -> checkpoint.Snapshot:  # with `copy` the step waits for the copy, not for the write
         train_state = {"optimizer": w.optimizer.state_dict(), "sums": dict(state.sums), "count": state.count,
                        "eval": dict(state.last_eval), "final": dict(state.final),
                        "diagnostics": w.cosines.diagnostics_state_dict() if w.cosines is not None else {}}
-        return checkpoint.snapshot(model_state=w.net.state_dict(), train_state=train_state, meta=meta)
+        return checkpoint.snapshot(model_state=w.net.state_dict(), train_state=train_state, meta=meta, copy=copy)
 
     state.checkpoints.report(metrics, name, take)
 

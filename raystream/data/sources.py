@@ -53,6 +53,11 @@ class VideoInfo:
     width: int
     label: Optional[str] = None
     source: Optional[RemoteObject] = None
+    pyav_because: Optional[str] = None  # why decord would read this video wrong (exact.py): PyAV reads it then
+
+    def decoder(self, configured: str) -> str:
+        """The decoder that reads this video: `configured` (data.decoder), or PyAV where decord reads it wrong."""
+        return "pyav" if self.pyav_because else configured
 
     @property
     def given(self) -> str:
@@ -183,7 +188,8 @@ def probe_videos(entries: Sequence[VideoEntry], decoder: str, timeout_s: float,
         if not fps or fps <= 0:
             bad.append((e.path, "the container gives no frame rate: set data.fps"))
             continue
-        good.append(VideoInfo(e.path, info.num_frames, fps, info.height, info.width, e.label))
+        good.append(VideoInfo(e.path, info.num_frames, fps, info.height, info.width, e.label,
+                              pyav_because=info.pyav_because))
     return good, bad
 
 
@@ -222,7 +228,8 @@ def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[in
             if msg.get("error"):
                 out[i] = (None, msg["error"])
             else:
-                out[i] = (VideoInfo(paths[i], msg["num_frames"], msg["fps"], msg["height"], msg["width"]), None)
+                out[i] = (VideoInfo(paths[i], msg["num_frames"], msg["fps"], msg["height"], msg["width"],
+                                    pyav_because=msg.get("pyav_because")), None)
             current = i + 1
         else:
             proc.wait()
@@ -241,17 +248,30 @@ def _probe_one(path: str, decoder: str) -> dict:
     """Open `path`, decode its first and last frames; a dict with the facts or an `error`.
 
     The container is read with PyAV first (its FFmpeg messages say what is wrong: no video stream, zero frames,
-    invalid data), then the configured decoder must open it and decode its first and last frames.
+    invalid data). With data.decoder=decord, decord must then open it and index it as PyAV does (exact.misread);
+    where it cannot, the file is read with PyAV instead (`pyav_because` says why). The decoder that will read the
+    file must decode its first and last frames.
     """
     from raystream.data.backends import open_reader
+    from raystream.data.exact import misread
 
+    facts = reader = None
+    because = None
     try:
-        facts = open_reader(path, "pyav")
-        count = facts.num_frames
-        facts.close()
-        if count <= 0:
+        facts = open_reader(path, "pyav", max_read_through=1 << 30)
+        if facts.num_frames <= 0:
             return {"error": "has zero frames"}
-        reader = open_reader(path, decoder, max_read_through=1 << 30)
+        reader = facts
+        if decoder != "pyav":
+            try:
+                reader = open_reader(path, decoder, max_read_through=1 << 30)
+                because = misread(reader, facts)
+            except DataError as exc:  # PyAV reads the container, decord cannot
+                because = _strip_path(str(exc), path)
+            if because is not None:
+                if reader is not facts:
+                    reader.close()
+                reader = facts
     except DataError as exc:
         return {"error": _strip_path(str(exc), path)}
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a property of this file, reported by name
@@ -270,14 +290,16 @@ def _probe_one(path: str, decoder: str) -> dict:
                              f"does not decode ({_strip_path(str(exc), path)})"}
         if last.shape[0] != 1:
             return {"error": f"truncated or corrupt: frame {n - 1} of the claimed {n} does not decode"}
-        return {"num_frames": n, "fps": reader.fps, "height": reader.height, "width": reader.width}
-    except DataError as exc:  # PyAV read the container, the configured decoder cannot
-        hint = " (FFmpeg reads the container: data.decoder=pyav may decode it)" if decoder != "pyav" else ""
-        return {"error": f"unreadable by {decoder}: {_strip_path(str(exc), path)}{hint}"}
+        return {"num_frames": n, "fps": reader.fps, "height": reader.height, "width": reader.width,
+                "pyav_because": because}
+    except DataError as exc:
+        return {"error": f"unreadable by {decoder if reader is not facts else 'pyav'}: {_strip_path(str(exc), path)}"}
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a property of this file, reported by name
         return {"error": f"unreadable: {type(exc).__name__}: {exc}"}
     finally:
-        reader.close()
+        for r in {id(facts): facts, id(reader): reader}.values():
+            if r is not None:
+                r.close()
 
 
 def _strip_path(message: str, path: str) -> str:

@@ -216,6 +216,43 @@ class PyAVReader:
         pts = self._frame_table()[0]
         return [float((p - pts[0]) * self._tb) for p in pts]
 
+    def truncation(self) -> Optional[str]:
+        """What the container states of its video that its packets lack (a truncated file), or None. A container
+        that keeps a frame count (mp4, avi) must hold that many frames; one that keeps none (webm, mkv) must hold
+        frames up to the video's stated duration, within two frame intervals and 50 ms."""
+        times = self.frame_times
+        if not times:
+            return None
+        claimed = int(self._stream.frames)
+        if claimed:
+            return None if len(times) >= claimed else \
+                f"the container claims {claimed} frames, its packets hold {len(times)}"
+        stated = self._stated_duration()
+        gaps = sorted(b - a for a, b in zip(times, times[1:]))
+        if stated is None or not gaps:
+            return None
+        gap = gaps[len(gaps) // 2]
+        end = times[-1] + gap
+        if stated - end > 2 * gap + 0.05:
+            return f"the container says its video lasts {stated:.2f} s, its {len(times)} frames end at {end:.2f} s"
+        return None
+
+    def _stated_duration(self) -> Optional[float]:
+        """Seconds the container says the video stream lasts: its duration, its DURATION tag (Matroska), or the
+        file's duration when the video is its only stream; None when it says nothing."""
+        if self._stream.duration:
+            return float(self._stream.duration * self._tb)
+        tag = self._stream.metadata.get("DURATION")
+        if tag:
+            try:
+                h, m, sec = tag.split(":")
+                return int(h) * 3600 + int(m) * 60 + float(sec)
+            except ValueError:
+                return None
+        if len(self._container.streams) == 1 and self._container.duration:
+            return self._container.duration / 1e6
+        return None
+
     def _rewind(self) -> None:
         if self._start_pts is not None:  # something was decoded already: go back to the start
             self._container.seek(0, stream=self._stream)

@@ -248,7 +248,8 @@ def _probe_one(path: str, decoder: str) -> dict:
     """Open `path`, decode its first and last frames; a dict with the facts or an `error`.
 
     The container is read with PyAV first (its FFmpeg messages say what is wrong: no video stream, zero frames,
-    invalid data). With data.decoder=decord, decord must then open it and index it as PyAV does (exact.misread);
+    invalid data), and its packets must hold the frames the container states (PyAVReader.truncation). With
+    data.decoder=decord, decord must then open it and index it as PyAV does (exact.misread);
     where it cannot, the file is read with PyAV instead (`pyav_because` says why). The decoder that will read the
     file must decode its first and last frames.
     """
@@ -261,6 +262,9 @@ def _probe_one(path: str, decoder: str) -> dict:
         facts = open_reader(path, "pyav", max_read_through=1 << 30)
         if facts.num_frames <= 0:
             return {"error": "has zero frames"}
+        cut = facts.truncation()
+        if cut is not None:
+            return {"error": f"truncated or corrupt: {cut}"}
         reader = facts
         if decoder != "pyav":
             try:

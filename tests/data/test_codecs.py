@@ -5,12 +5,16 @@ the stream reads it with PyAV and says so. See rs_codecs for how the videos are 
 
 from __future__ import annotations
 
+import os
+
 import av
 import pytest
+import torch
 from rs_codecs import CODECS, NAMES, write_coded
 from rs_data_helpers import data_cfg, read_block, stream_cfg
 
-from raystream.data import build_stream
+from raystream.data import DataError, build_stream
+from raystream.data.backends import open_reader
 
 
 def _encoder_missing(encoder: str) -> bool:
@@ -55,3 +59,61 @@ def test_every_streamed_frame_is_the_frame_its_clip_names(coded, name, decoder, 
             assert got == [(vid, f) for f in ref.frames], (name, decoder, batch.step, ref.frames)
             seen += len(ref.frames)
     assert seen == stream.num_steps * 4 * 3 > 0
+
+
+def test_files_decord_misreads_are_read_with_pyav_said_once(coded):
+    """One warning names each video decord would read wrong and why; decord alone does read those wrong (the
+    check is not over-eager: on the others decord streams exactly, the test above)."""
+    paths = {path: name for name, (path, _) in coded.items()}
+    with pytest.warns(UserWarning, match="decord would read") as record:
+        stream = build_stream(data_cfg(sorted(paths), decoder="decord"), stream_cfg(batch_size=4))
+    said = [str(w.message) for w in record if "decord would read" in str(w.message)]
+    assert len(said) == 1
+    fallback = {v.path: v.pyav_because for v in stream.videos if v.decoder("decord") == "pyav"}
+    assert fallback and all(f"{p}: {why}" in said[0] for p, why in fallback.items())
+    assert not any(p in said[0] for p in set(paths) - set(fallback))
+    for path in fallback:
+        try:
+            reader = open_reader(path, "decord")
+        except DataError:
+            continue  # decord cannot open it at all (AV1 with decord 0.6's FFmpeg)
+        wanted = [5, 7, 9, 30, 34]
+        got = [read_block(torch.from_numpy(f).permute(2, 0, 1))[1] for f in reader.get(wanted)]
+        assert got != wanted, f"decord reads {paths[path]} right: the fallback is not needed ({fallback[path]})"
+
+
+def _truncate(src: str, dst, keep: float) -> str:
+    data = open(src, "rb").read()
+    with open(dst, "wb") as f:
+        f.write(data[: int(len(data) * keep)])
+    return str(dst)
+
+
+@pytest.fixture(scope="module")
+def bad_containers(coded, tmp_path_factory):
+    """Broken files of the containers that keep no frame count (webm, mkv) or keep one in a header (avi)."""
+    d = tmp_path_factory.mktemp("bad_containers")
+    bad = {}
+    for name, keep in (("vp9_webm", 0.5), ("h264_vfr_mkv", 0.8), ("mjpeg_avi", 0.5)):
+        if name in coded:
+            path = coded[name][0]
+            bad[_truncate(path, d / f"truncated_{os.path.basename(path)}", keep)] = "truncated or corrupt"
+    (d / "empty.webm").write_bytes(b"")
+    bad[str(d / "empty.webm")] = "empty file"
+    (d / "not_a_video.mkv").write_text("a text file, not a video\n" * 40)
+    bad[str(d / "not_a_video.mkv")] = "cannot open it as a video"
+    return bad
+
+
+@pytest.mark.parametrize("decoder", ["decord", "pyav"])
+def test_truncated_empty_or_non_video_files_are_named_before_the_stream_or_skipped(coded, bad_containers, decoder):
+    good, vid = _video(coded, "vp9_webm")
+    for path, problem in bad_containers.items():
+        with pytest.raises(DataError, match=problem) as err:
+            build_stream(data_cfg([good, path], decoder=decoder), stream_cfg())
+        assert path in str(err.value) and good not in str(err.value)
+    with pytest.warns(UserWarning, match="skipping bad video"):
+        stream = build_stream(data_cfg([good, *bad_containers], decoder=decoder, on_bad_video="skip"), stream_cfg())
+    assert [p for p, _ in stream.skipped] == list(bad_containers) and [v.path for v in stream.videos] == [good]
+    batch = next(iter(stream))
+    assert read_block(batch.frames[0, 0]) == (vid, batch.clips[0].frames[0])

@@ -5,6 +5,7 @@ the stream reads it with PyAV and says so. See rs_codecs for how the videos are 
 
 from __future__ import annotations
 
+import json
 import os
 
 import av
@@ -15,6 +16,7 @@ from rs_data_helpers import data_cfg, read_block, stream_cfg
 
 from raystream.data import DataError, build_stream
 from raystream.data.backends import open_reader
+from raystream.data.index import write_index
 
 
 def _encoder_missing(encoder: str) -> bool:
@@ -117,3 +119,19 @@ def test_truncated_empty_or_non_video_files_are_named_before_the_stream_or_skipp
     assert [p for p, _ in stream.skipped] == list(bad_containers) and [v.path for v in stream.videos] == [good]
     batch = next(iter(stream))
     assert read_block(batch.frames[0, 0]) == (vid, batch.clips[0].frames[0])
+
+
+def test_the_index_keeps_the_decord_verdict(coded, tmp_path):
+    """`raystream data index` records why decord would misread a video; a stream built from the index (no probe)
+    reads it with PyAV all the same, and exactly."""
+    path, vid = _video(coded, "hevc_mp4")
+    copy = tmp_path / "hevc.mp4"
+    copy.write_bytes(open(path, "rb").read())
+    written, bad = write_index(str(tmp_path), data_cfg(str(tmp_path), decoder="decord"))
+    assert bad == [] and "open GOP" in json.loads(open(written[0]).read())["videos"]["hevc.mp4"]["pyav_because"]
+    with pytest.warns(UserWarning, match="decord would read 1 video"):
+        stream = build_stream(data_cfg(str(tmp_path), decoder="decord"), stream_cfg(order="shuffled"))
+    assert stream.videos[0].decoder("decord") == "pyav"
+    for batch in stream.batches():
+        for i, ref in enumerate(batch.clips):
+            assert [read_block(batch.frames[i, j]) for j in range(3)] == [(vid, f) for f in ref.frames]

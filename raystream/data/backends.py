@@ -4,7 +4,10 @@
     reader.num_frames, reader.fps, reader.height, reader.width     # height, width: of the frames `get` returns
     reader.get(indices)   # ascending source-frame indices -> uint8 array (n, H, W, 3), RGB
     reader.keyframes      # source-frame indices of the keyframes (where a segment can start without a seek back)
+    reader.frame_times    # seconds from the first frame to each frame (decord: its index; PyAV: the packets)
     reader.close()
+
+Frame i is the i-th frame in presentation order, whatever its timestamp (docs/videos.md), with both backends.
 
 With `size`, frames are scaled inside the decoder (libswscale, bilinear: decord's VideoReader width/height, PyAV's
 `to_ndarray(width=, height=)`), so nobody resizes them in Python. Readers are created per decode worker (never

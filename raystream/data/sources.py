@@ -6,6 +6,7 @@ path per line, or a CSV with a `path` column and optional `label`; relative path
 `probe_videos` opens each file with the configured decoder in a child process and decodes its first and last
 frames, so a missing, non-video, truncated/corrupt or empty file is reported by name before training; and a file
 that makes the decoder hang or abort costs at most `decode_timeout_s` and becomes an error, not a frozen sweep.
+A file decord would read wrong (exact.py) is marked for PyAV (`VideoInfo.pyav_because`); see docs/videos.md.
 """
 
 from __future__ import annotations

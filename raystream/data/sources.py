@@ -250,61 +250,63 @@ def _probe_one(path: str, decoder: str) -> dict:
 
     The container is read with PyAV first (its FFmpeg messages say what is wrong: no video stream, zero frames,
     invalid data), and its packets must hold the frames the container states (PyAVReader.truncation). With
-    data.decoder=decord, decord must then open it and index it as PyAV does (exact.misread);
-    where it cannot, the file is read with PyAV instead (`pyav_because` says why). The decoder that will read the
-    file must decode its first and last frames.
+    data.decoder=decord, decord must then open the file, index it as the container does (exact.misread) and decode
+    its first and last frames; where it cannot, PyAV must, and reads the file (`pyav_because` says why).
     """
     from raystream.data.backends import open_reader
     from raystream.data.exact import misread
 
-    facts = reader = None
-    because = None
+    opened = []
     try:
         facts = open_reader(path, "pyav", max_read_through=1 << 30)
+        opened.append(facts)
         if facts.num_frames <= 0:
             return {"error": "has zero frames"}
         cut = facts.truncation()
         if cut is not None:
             return {"error": f"truncated or corrupt: {cut}"}
-        reader = facts
+        reader, because = facts, None
         if decoder != "pyav":
             try:
-                reader = open_reader(path, decoder, max_read_through=1 << 30)
-                because = misread(reader, facts)
+                opened.append(open_reader(path, decoder, max_read_through=1 << 30))
+                because = misread(opened[-1], facts) or _ends(opened[-1], path)
             except DataError as exc:  # PyAV reads the container, decord cannot
                 because = _strip_path(str(exc), path)
-            if because is not None:
-                if reader is not facts:
-                    reader.close()
-                reader = facts
+            if because is None:
+                reader = opened[-1]
+        problem = _ends(reader, path) if reader is facts else None
+        if problem is not None:
+            return {"error": problem}
+        return {"num_frames": reader.num_frames, "fps": reader.fps, "height": reader.height, "width": reader.width,
+                "pyav_because": because}
     except DataError as exc:
         return {"error": _strip_path(str(exc), path)}
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a property of this file, reported by name
         return {"error": f"unreadable: {type(exc).__name__}: {exc}"}
-    try:
-        n = reader.num_frames
-        if n <= 0:
-            return {"error": "has zero frames"}
-        if reader.height <= 0 or reader.width <= 0:
-            return {"error": f"unreadable video stream ({reader.width}x{reader.height} frames)"}
-        reader.get([0])
-        try:
-            last = reader.get([n - 1])
-        except DataError as exc:
-            return {"error": f"truncated or corrupt: the container claims {n} frames but frame {n - 1} "
-                             f"does not decode ({_strip_path(str(exc), path)})"}
-        if last.shape[0] != 1:
-            return {"error": f"truncated or corrupt: frame {n - 1} of the claimed {n} does not decode"}
-        return {"num_frames": n, "fps": reader.fps, "height": reader.height, "width": reader.width,
-                "pyav_because": because}
-    except DataError as exc:
-        return {"error": f"unreadable by {decoder if reader is not facts else 'pyav'}: {_strip_path(str(exc), path)}"}
-    except Exception as exc:  # noqa: BLE001 - any decoder failure is a property of this file, reported by name
-        return {"error": f"unreadable: {type(exc).__name__}: {exc}"}
     finally:
-        for r in {id(facts): facts, id(reader): reader}.values():
-            if r is not None:
-                r.close()
+        for r in opened:
+            r.close()
+
+
+def _ends(reader, path: str) -> Optional[str]:
+    """What keeps `reader` from reading the video's first and last frames; None when it reads both."""
+    n = reader.num_frames
+    if n <= 0:
+        return "has zero frames"
+    if reader.height <= 0 or reader.width <= 0:
+        return f"unreadable video stream ({reader.width}x{reader.height} frames)"
+    try:
+        reader.get([0])
+    except DataError as exc:
+        return f"unreadable: frame 0 does not decode ({_strip_path(str(exc), path)})"
+    try:
+        last = reader.get([n - 1])
+    except DataError as exc:
+        return (f"truncated or corrupt: the container claims {n} frames but frame {n - 1} does not decode "
+                f"({_strip_path(str(exc), path)})")
+    if last.shape[0] != 1:
+        return f"truncated or corrupt: frame {n - 1} of the claimed {n} does not decode"
+    return None
 
 
 def _strip_path(message: str, path: str) -> str:

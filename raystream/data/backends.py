@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import re
 from collections import OrderedDict
 from fractions import Fraction
 from typing import List, Optional, Sequence, Tuple
@@ -375,8 +376,9 @@ def _remember_table(path: str, table: Tuple[List[int], List[int]]) -> None:
 
 
 def _first_line(exc: BaseException) -> str:
+    """The exception's first line, without the `[hh:mm:ss] /source/file.cc:123: ` that decord puts before it."""
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    return re.sub(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: ", "", text[0]) if text else type(exc).__name__
 
 
 def _span(indices: Sequence[int]) -> str:

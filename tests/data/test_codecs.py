@@ -16,6 +16,7 @@ from rs_data_helpers import data_cfg, read_block, stream_cfg
 
 from raystream.data import DataError, build_stream
 from raystream.data.backends import open_reader
+from raystream.data.exact import misread
 from raystream.data.index import write_index
 
 
@@ -45,6 +46,7 @@ def _video(coded, name):
     return coded[name]
 
 
+@pytest.mark.filterwarnings("ignore:.*decord would read:UserWarning")  # said and checked in the test below
 @pytest.mark.parametrize("order", ["batch_along_time", "shuffled"])
 @pytest.mark.parametrize("decoder", ["decord", "pyav"])
 @pytest.mark.parametrize("name", NAMES)
@@ -135,3 +137,18 @@ def test_the_index_keeps_the_decord_verdict(coded, tmp_path):
     for batch in stream.batches():
         for i, ref in enumerate(batch.clips):
             assert [read_block(batch.frames[i, j]) for j in range(3)] == [(vid, f) for f in ref.frames]
+
+
+def test_the_check_names_each_way_decord_and_the_container_can_disagree(coded, block_videos):
+    """exact.misread on real readers of two files that differ in one respect each: frame count, keyframes,
+    timestamps (the same 48 frames and keyframes at constant and at variable frame rate); same file: agreement."""
+    h264, vfr = _video(coded, "h264_bframes_mp4")[0], _video(coded, "h264_vfr_mkv")[0]
+    decord_h264 = open_reader(h264, "decord")
+    assert misread(decord_h264, open_reader(h264, "pyav")) is None
+    assert misread(open_reader(vfr, "decord"), open_reader(vfr, "pyav")) is None
+    assert "decord counts 48 frames, the container has 40" in misread(decord_h264, open_reader(block_videos[0], "pyav"))
+    # within half the shortest frame interval (16.5 ms) is the same time: frames 1-3 are, frame 4 is not
+    assert "decord times frame 4 at 0.133 s, the container at 0.156 s" in misread(decord_h264, open_reader(vfr, "pyav"))
+    hevc = _video(coded, "hevc_mp4")[0]
+    assert "decord puts keyframe 1 at frame 9, the container at frame 12" in misread(open_reader(hevc, "decord"),
+                                                                                    open_reader(hevc, "pyav"))

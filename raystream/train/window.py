@@ -72,9 +72,10 @@ class StepWindow:
             if self.world > 1 and dist.is_available() and dist.is_initialized():
                 dist.all_reduce(means, op=dist.ReduceOp.SUM)
                 means /= self.world
-            local = [v for s in steps for v in s.local.values()]
+            # float64 on the device (a NaN placeholder of a diagnostic may be a CPU tensor)
+            local = [v.to(means) for s in steps for v in s.local.values()]
             if local:
-                means = torch.cat([means, torch.stack(local).to(means)])
+                means = torch.cat([means, torch.stack(local)])
             values = means.cpu().tolist()
         out, i, j = [], 0, sum(len(s.mean_keys) for s in steps)
         for s in steps:

@@ -152,7 +152,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     from ray.train.torch import TorchTrainer
 
     from raystream.train.loop import train_loop_per_worker
-    from raystream.train.loopback import LoopbackTorchConfig
+    from raystream.train.torch_backend import torch_config
 
     cfg = copy.deepcopy(cfg)
     name = run_name or cfg.trainer.run_name or default_run_name(cfg)
@@ -189,7 +189,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         tcfg = cfg.trainer
         resources = {"CPU": float(tcfg.cpus_per_worker), **({"GPU": 1} if tcfg.use_gpu else {})}
         trainer = TorchTrainer(
-            train_loop_per_worker, torch_config=LoopbackTorchConfig(),  # one node: torch listens on 127.0.0.1
+            train_loop_per_worker, torch_config=torch_config(),  # one node: torch on 127.0.0.1 (a tested Ray)
             train_loop_config={
                 "cfg": OmegaConf.to_container(cfg, resolve=True),
                 "run": {"run_name": name, "total_steps": total, "tracking_uri": uri, "mlflow_run_id": run_id,

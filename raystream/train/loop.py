@@ -45,6 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from raystream.tracking import names
 from raystream.train import checkpoint, divergence, faults
+from raystream.train.node_metrics import start_node_monitor
 from raystream.train.progress import Progress
 from raystream.train.schedule import Schedules
 from raystream.train.step import autocast_for, forward_backward, optimizer_update
@@ -423,6 +424,7 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         w.stream.close()
         return final if w.rank == 0 else None
     records = Records(w, state.start)
+    monitor = start_node_monitor(w.cfg, w.run, gpus=w.device.type == "cuda")  # local rank 0: its node's metrics
     try:
         if w.run.get("measure_correlation") and state.next_step == 0:  # a fresh run, not a resume
             measure_correlation(w, records)
@@ -430,6 +432,7 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         if diverged is not None:
             return divergence.as_result(diverged) if w.rank == 0 else None
     finally:
+        monitor.stop()
         records.close()
         w.stream.close()
     return state.final if w.rank == 0 else None

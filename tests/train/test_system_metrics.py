@@ -44,3 +44,25 @@ def test_a_run_logs_its_node_cpu_memory_and_network_once_per_sample(ray_cluster,
     assert len(steps) >= 2 and steps == list(range(len(steps))), steps
     memory = client.get_metric_history(run_id, "system/system_memory_usage_megabytes")
     assert all(m.value > 0 for m in memory), [m.value for m in memory]
+
+
+def test_a_tracking_server_that_does_not_answer_neither_holds_nor_fails_the_worker():
+    """A server on a port nobody listens on: the monitor starts without waiting out MLflow's retries (minutes), and
+    `stop` returns after at most its wait while MLflow's thread is still retrying."""
+    import socket
+    import time
+
+    from raystream.tracking.system_metrics import NodeMonitor
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: refused
+    t0 = time.monotonic()
+    monitor = NodeMonitor.start(f"http://127.0.0.1:{port}", "0" * 32, interval_s=0.5)
+    started = time.monotonic() - t0
+    assert started < 30, f"the monitor took {started:.0f} s to start"
+    time.sleep(1.0)  # its first sample: MLflow's thread now retries reading the run
+    if monitor is not None:
+        t1 = time.monotonic()
+        monitor.stop(wait_s=2.0)
+        assert time.monotonic() - t1 < 10

@@ -22,8 +22,10 @@ def start_node_monitor(cfg, run: Dict[str, Any], gpus: bool) -> "NodeMonitor | N
     import ray.train
 
     interval: Optional[float] = cfg.mlflow.system_metrics_interval_s
+    if not interval:
+        return NoMonitor()
     ctx = ray.train.get_context()
-    if not interval or ctx.get_local_rank() != 0:
+    if ctx.get_local_rank() != 0:
         return NoMonitor()
     node = node_label(ctx.get_node_rank(), several_nodes=ctx.get_local_world_size() < ctx.get_world_size())
     return NodeMonitor.start(run["tracking_uri"], run["mlflow_run_id"], float(interval), node=node,

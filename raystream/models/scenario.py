@@ -87,6 +87,13 @@ def unwrap(model: nn.Module) -> nn.Module:
         model = inner
 
 
+def encoder_heads(model: nn.Module) -> Optional[int]:
+    """The attention heads of the model's (first) ViT: V-JEPA's attentive probe uses the encoder's head count."""
+    from raystream.models.vit import VisionTransformer
+
+    return next((int(m.num_heads) for m in model.modules() if isinstance(m, VisionTransformer)), None)
+
+
 def model_device(model: nn.Module) -> torch.device:
     param = next(model.parameters(), None)
     return param.device if param is not None else torch.device("cpu")
@@ -137,7 +144,8 @@ class Scenario:
         out: Dict[str, float] = {}
         try:
             if probe is not None:
-                out.update(probe_metrics(lambda x: self.encode(net, x), probe, eval_cfg, device=device))
+                out.update(probe_metrics(lambda x: self.encode(net, x), probe, eval_cfg, device=device,
+                                         num_heads=encoder_heads(net)))
             if heldout is not None:
                 out.update(heldout_pixel_metrics(lambda x: self.predict(net, x), heldout,
                                                  max_batches=int(eval_cfg.heldout_batches),

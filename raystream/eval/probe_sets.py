@@ -115,7 +115,7 @@ class _Root:
                 found = [(o.uri[len(self.base) + 1:], o.uri, o) for o in objects]
             else:
                 found = []
-                for folder, _, names in os.walk(self.base):
+                for folder, _, names in os.walk(self.base, followlinks=True):  # datasets are often linked in
                     for name in names:
                         if os.path.splitext(name)[1].lower() in exts:
                             full = os.path.join(folder, name)

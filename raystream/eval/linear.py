@@ -3,7 +3,8 @@
 Features are standardised with the training set's mean and std. The default optimiser is full-batch L-BFGS
 (deterministic, converges in ~100 iterations on cached features); `optimizer="sgd"` (momentum 0.9, DINO's linear
 probe) or `"adamw"` (VideoMAE's in the paper) train on mini-batches with a cosine schedule, for `epochs` epochs or
-exactly `iterations` mini-batches (for feature sets too large for one batch).
+exactly `iterations` mini-batches (for feature sets too large for one batch). `dino_linear_top1` is DINO's linear
+probe (eval.protocol=dino): no standardisation, SGD with DINO's lr scaling, on fresh features per mini-batch.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ functions over it take any list of samples, so each rank can load and encode its
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, List, Sequence
 
@@ -94,9 +95,18 @@ def video_source(listing: ProbeListing, data_cfg, stream_cfg, frames: int, fps: 
     clip_cfg = StreamConfig(batch_size=1, frames_per_clip=int(frames), fps=float(fps), clip_shift=1, resolution=res,
                             dtype="uint8")
     cache = NodeCache.from_config(data_cfg)
+    said = set()  # warnings of describe_videos (videos of a store without an index), each said once, not per batch
 
     def load(samples: Sequence[Sample], view, rng):
-        good, bad = describe_videos([VideoEntry(s.path, None, s.source) for s in samples], data_cfg, "eval.dataset")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            good, bad = describe_videos([VideoEntry(s.path, None, s.source) for s in samples], data_cfg,
+                                        "eval.dataset")
+        for w in caught:
+            kind = str(w.message).split(":")[0] + str(w.category)
+            if kind not in said:
+                said.add(kind)
+                warnings.warn(str(w.message), w.category, stacklevel=2)
         if bad:
             listing_ = "\n".join(f"  {p}: {problem}" for p, problem in bad)
             raise DataError(f"{len(bad)} bad video(s) in eval.dataset:\n{listing_}")

@@ -15,6 +15,7 @@ from raystream.eval.loaders import load_probe_source
 from raystream.eval.probe_sets import list_probe_set
 from raystream.eval.views import dino_sizes, image_view
 from raystream.models import build_scenario
+from rs_eval_helpers import bucket_holding, tiny_cfg
 
 CLASSES = (0, 1, 7)
 
@@ -43,10 +44,8 @@ def folder(tmp_path_factory):
 
 
 def dino_cfg(dataset, *extra):
-    return compose(["scenario=dora", "scenario.backbone.preset=tiny", "stream.resolution=32",
-                    f"eval.dataset={dataset}", "eval.protocol=dino", "eval.metrics=[knn,linear]",
-                    "eval.batch_size=8", "eval.dino.batch_size=8", "eval.dino.epochs=2", "eval.dino.warmup_epochs=1",
-                    *extra])
+    return tiny_cfg(dataset, "dino", "[knn,linear]", "eval.dino.batch_size=8", "eval.dino.epochs=2",
+                    "eval.dino.warmup_epochs=1", *extra)
 
 
 def test_an_image_folder_is_listed_with_its_classes_and_splits(folder):
@@ -122,19 +121,12 @@ def test_a_protocol_without_the_probe_is_refused_by_the_config():
 
 
 def test_an_image_folder_in_a_bucket_gives_the_metrics_of_the_local_copy(folder, tmp_path, monkeypatch):
-    from local_cloud import local_s3
-
     local = dino_cfg(folder, "eval.linear_features=cached")
     sc = build_scenario(local.scenario, local.stream)
     want = sc.evaluate(sc.model, local.eval, probe=load_probe_source(local.data, local.stream, local.eval))
-    with local_s3(tmp_path) as s3:
-        for k, v in s3.env.items():
-            monkeypatch.setenv(k, v)
-        client = s3.client()
-        for f in sorted(folder.rglob("*")):
-            if f.is_file():
-                client.upload_file(str(f), s3.bucket, f"imagenet/{f.relative_to(folder).as_posix()}")
-        remote = dino_cfg(f"s3://{s3.bucket}/imagenet/", "eval.linear_features=cached",
+    files = {f"imagenet/{f.relative_to(folder).as_posix()}": f for f in folder.rglob("*") if f.is_file()}
+    with bucket_holding(tmp_path, files, monkeypatch) as bucket:
+        remote = dino_cfg(f"{bucket}/imagenet/", "eval.linear_features=cached",
                           f"data.cache_dir={tmp_path / 'cache'}")
         source = load_probe_source(remote.data, remote.stream, remote.eval)
         assert all(s.path.startswith("s3://") for s in source.train)

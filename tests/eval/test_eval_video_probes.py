@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from raystream.config import compose
 from raystream.data import DataError
 from raystream.eval.loaders import load_probe_source
 from raystream.eval.probe_sets import list_probe_set
 from raystream.models import build_scenario
 from raystream.models.scenario import encoder_heads
+from rs_eval_helpers import bucket_holding, tiny_cfg
 
 TEMPLATES = ["Putting [something] on [something]", "Pushing [something] from left to right", "Holding [something]"]
 COLOURS = [(230, 40, 40), (40, 230, 40), (40, 40, 230)]
@@ -64,10 +64,8 @@ def ssv2(tmp_path_factory):
 
 
 def vjepa_cfg(dataset, *extra):
-    return compose(["scenario=dora", "scenario.backbone.preset=tiny", "stream.resolution=32",
-                    f"eval.dataset={dataset}", "eval.protocol=vjepa", "eval.metrics=[linear,attentive]",
-                    "eval.batch_size=6", "eval.vjepa.batch_size=4", "eval.vjepa.iterations=3",
-                    "eval.vjepa.warmup_iterations=1", "eval.vjepa.frames_per_clip=4", "eval.vjepa.fps=12", *extra])
+    return tiny_cfg(dataset, "vjepa", "[linear,attentive]", "eval.vjepa.batch_size=4", "eval.vjepa.iterations=3",
+                    "eval.vjepa.warmup_iterations=1", "eval.vjepa.frames_per_clip=4", "eval.vjepa.fps=12", *extra)
 
 
 def test_ssv2_labels_come_from_the_template_without_brackets(ssv2):
@@ -135,8 +133,6 @@ def test_vjepa_protocol_reads_the_middle_clip_and_reports_attentive_and_linear(s
 
 
 def test_lists_in_a_bucket_give_the_metrics_of_the_local_copy(ssv2, tmp_path, monkeypatch):
-    from local_cloud import local_s3
-
     videos = sorted((ssv2 / "20bn-something-something-v2").glob("*.webm"))
     lists = tmp_path / "lists"
     lists.mkdir()
@@ -146,17 +142,11 @@ def test_lists_in_a_bucket_give_the_metrics_of_the_local_copy(ssv2, tmp_path, mo
     local = vjepa_cfg(lists, "eval.metrics=[knn,linear]")
     sc = build_scenario(local.scenario, local.stream)
     want = sc.evaluate(sc.model, local.eval, probe=load_probe_source(local.data, local.stream, local.eval))
-    with local_s3(tmp_path) as s3:
-        for k, v in s3.env.items():
-            monkeypatch.setenv(k, v)
-        client = s3.client()
-        for name in ("train.csv", "val.csv"):
-            client.upload_file(str(lists / name), s3.bucket, f"k400/{name}")
-        for v in videos:
-            client.upload_file(str(v), s3.bucket, f"k400/videos/{v.name}")
-        remote = vjepa_cfg(f"s3://{s3.bucket}/k400", "eval.metrics=[knn,linear]",
-                           f"data.cache_dir={tmp_path / 'cache'}")
+    files = {**{f"k400/{n}": lists / n for n in ("train.csv", "val.csv")},
+             **{f"k400/videos/{v.name}": v for v in videos}}
+    with bucket_holding(tmp_path, files, monkeypatch) as bucket:
+        remote = vjepa_cfg(f"{bucket}/k400", "eval.metrics=[knn,linear]", f"data.cache_dir={tmp_path / 'cache'}")
         source = load_probe_source(remote.data, remote.stream, remote.eval)
-        assert source.train[0].path == f"s3://{s3.bucket}/k400/videos/{videos[0].name}" and source.train[0].source
+        assert source.train[0].path == f"{bucket}/k400/videos/{videos[0].name}" and source.train[0].source
         got = sc.evaluate(sc.model, remote.eval, probe=source)
     assert got == want and set(got) == {"eval/knn_top1", "eval/linear_top1"}

@@ -150,3 +150,15 @@ def test_lists_in_a_bucket_give_the_metrics_of_the_local_copy(ssv2, tmp_path, mo
         assert source.train[0].path == f"{bucket}/k400/videos/{videos[0].name}" and source.train[0].source
         got = sc.evaluate(sc.model, remote.eval, probe=source)
     assert got == want and set(got) == {"eval/knn_top1", "eval/linear_top1"}
+
+
+def test_class_folders_of_videos_still_load_as_before(ssv2, tmp_path):
+    """Not a published layout: eval.dataset falls back to raystream/data/probe.py (clips in memory, 70/30 split)."""
+    for c in range(2):
+        (tmp_path / f"class{c}").mkdir()
+        for v in (101 + 3 * c, 102 + 3 * c, 103 + 3 * c):
+            (tmp_path / f"class{c}" / f"{v}.webm").symlink_to(ssv2 / "20bn-something-something-v2" / f"{v}.webm")
+    assert list_probe_set(str(tmp_path)) is None
+    cfg = tiny_cfg(tmp_path, "default", "[knn]", "stream.frames_per_clip=2", "stream.fps=12")
+    source = load_probe_source(cfg.data, cfg.stream, cfg.eval)
+    assert source.kind == "clips" and source.num_classes == 2 and len(source.train) + len(source.test) > 0

@@ -13,6 +13,7 @@ functions over it take any list of samples, so each rank can load and encode its
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, List, Sequence
@@ -103,7 +104,7 @@ def video_source(listing: ProbeListing, data_cfg, stream_cfg, frames: int, fps: 
             good, bad = describe_videos([VideoEntry(s.path, None, s.source) for s in samples], data_cfg,
                                         "eval.dataset")
         for w in caught:
-            kind = str(w.message).split(":")[0] + str(w.category)
+            kind = re.sub(r"\d+", "N", str(w.message).splitlines()[0].split(" (e.g.")[0])
             if kind not in said:
                 said.add(kind)
                 warnings.warn(str(w.message), w.category, stacklevel=2)

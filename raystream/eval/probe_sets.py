@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -205,9 +204,7 @@ def _read_list(root: _Root, name: str) -> List[Sample]:
         if not line or line.startswith("#"):
             continue
         header, first = first, False
-        parts = line.rsplit(",", 1) if "," in line else re.split(r"\s+", line)
-        if len(parts) > 2:  # VideoMAE's Kinetics lists: `path label` with the path first; extra fields not read
-            parts = [parts[0], parts[-1]]
+        parts = line.rsplit(",", 1) if "," in line else line.rsplit(None, 1)  # the label is the last field
         path, label = (p.strip() for p in parts) if len(parts) == 2 else (parts[0], "")
         if not label.isdigit():
             if header:

@@ -112,6 +112,19 @@ def test_the_augmented_linear_probe_encodes_fresh_views_each_epoch_and_cached_do
     assert seen["n"] == 24 + 12
 
 
+def test_a_video_encoder_sees_each_image_repeated_over_its_frames(folder):
+    """VideoMAE (tubelets of 2 frames) on an image probe set: each image becomes a still clip of stream frames."""
+    cfg = compose(["scenario=videomae", "stream.resolution=32", f"eval.dataset={folder}", "eval.protocol=dino",
+                   "eval.metrics=[knn]", "eval.max_probe_samples=6"])
+    sc = build_scenario(cfg.scenario, cfg.stream)
+    seen = []
+    encode = sc.encode
+    sc.encode = lambda model, clips: seen.append(tuple(clips.shape)) or encode(model, clips)
+    out = sc.evaluate(sc.model, cfg.eval, probe=load_probe_source(cfg.data, cfg.stream, cfg.eval))
+    assert set(out) == {f"eval/knn_top1_k{k}" for k in (10, 20, 100, 200)}
+    assert {s[1:] for s in seen} == {(cfg.stream.frames_per_clip, 3, 32, 32)}
+
+
 def test_a_protocol_without_the_probe_is_refused_by_the_config():
     with pytest.raises(ConfigError, match="eval.metrics"):
         compose(["eval.protocol=dino", "eval.metrics=[attentive]"])

@@ -251,13 +251,14 @@ class Evaluator:
         self._heldout = None
 
     def __call__(self, model) -> Dict[str, float]:
-        from raystream.data import build_heldout_stream, load_probe_set
+        from raystream.data import build_heldout_stream
+        from raystream.eval.loaders import load_probe_source
 
         needs = set(self.scenario.needs)
         probe = heldout = None
         if "probe" in needs and list(self.cfg.eval.metrics):
             if self._probe is None:
-                self._probe = load_probe_set(self.cfg.data, self.cfg.stream, self.cfg.eval)
+                self._probe = load_probe_source(self.cfg.data, self.cfg.stream, self.cfg.eval)
             probe = self._probe
         if "heldout" in needs and self.cfg.eval.heldout_batches > 0:
             if self._heldout is None:

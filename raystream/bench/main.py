@@ -118,10 +118,10 @@ def correlation_phase(trainee: Trainee, meter: memory.PeakMemory) -> Dict[str, A
     return peak.figures("correlation_")
 
 
-def training_phase(trainee: Trainee, meter: memory.PeakMemory, steps: int, budget: Budget):
+def training_phase(trainee: Trainee, meter: memory.PeakMemory, steps: int, budget: Budget, warmup: int = WARMUP):
     """(the peaks of live steps and one checkpoint save, (their Rate, the checkpoint's bytes on disk))."""
     def phase():
-        live = throughput.live(trainee, WARMUP, steps, budget)
+        live = throughput.live(trainee, warmup, steps, budget)
         return live, memory.save_checkpoint(trainee)
 
     return memory.measured(meter, phase)

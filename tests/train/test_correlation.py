@@ -67,6 +67,17 @@ def test_sequential_above_shuffled_on_a_correlated_stream(demo_dir):
     assert result["sequential"] > result["shuffled"] + 0.4, result
 
 
+def test_the_forward_passes_run_under_the_runs_autocast(demo_dir):
+    """`trainer.bf16=true` (the training step's bf16 autocast, here on the CPU) moves every figure off the fp32
+    one's last bits, and by little: the same measurement in another precision."""
+    torch.set_num_threads(1)
+    fp32 = correlation.measure(compose(_tiny(demo_dir, *CORRELATED)), steps=2)
+    bf16 = correlation.measure(compose(_tiny(demo_dir, *CORRELATED, "trainer.bf16=true")), steps=2)
+    assert not fp32["bf16"] and bf16["bf16"]
+    for key in ("sequential", "shuffled", "sequential_raw", "shuffled_raw"):
+        assert bf16[key] != fp32[key] and bf16[key] == pytest.approx(fp32[key], abs=0.05), (key, fp32, bf16)
+
+
 def test_checkpoint_weights_are_used(demo_dir, tmp_path):
     """The same stream at other weights (a saved state dict of another seed) gives another figure."""
     from raystream.models import build_scenario

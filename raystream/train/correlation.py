@@ -23,9 +23,9 @@ the training step: bf16 where the run trains in bf16), so a micro-batch of the p
 step's forward holds. Memory: two passes over the measured batches (the gradients are taken twice): the first sums
 the gradients (for the mean) and takes the raw cosines, the second removes the mean from each pair and takes the
 centred cosines. So rank 0 holds at most three flattened fp32 gradients (the sum or mean, and one pair), on the
-device the gradients are taken on, whatever `steps`: 12 bytes per parameter, with the model's weights and the
-gradient being taken 8 more, under the training step's weights, gradient and optimizer state (34 bytes per
-parameter with Orthogonal-AdamW, cluster/gpu_memory.py); other ranks hold one. Views and masks are functions of
+device the gradients are taken on, whatever `steps`: 12 bytes per parameter, 20 with the weights and the gradient
+being taken, under the 32 of a training step's weights, gradient and Orthogonal-AdamW state with its diagnostics
+(cluster/gpu_memory.py); other ranks hold one. Views and masks are functions of
 (seed, step, place), so the two orders see the same augmentations at each step, and a micro-batch or shard sees
 what its places see in the whole batch. Pure torch on the data / models / optim packages (torch.distributed when
 world_size > 1): no Ray.

@@ -26,8 +26,9 @@ peak on CPU (RSS above the process before the model was built) at the rehearsal'
 
 Measured figures replace estimates cell by cell: `--measured bench-*.json` reads the JSON objects `raystream bench
 --device cuda --json PATH` writes and shows, in the cell of the same scenario, preset, resolution, frames per clip
-and per-GPU batch, "estimate / measured" (measured: `max_memory_allocated` over live steps and a checkpoint save,
-tensors only, so compare it with the estimate less the 1 GiB of CUDA context). Below the table a line says how many
+and per-GPU batch, "estimate / measured" (measured: `max_memory_allocated`, the larger of bench's two phases,
+live steps with a checkpoint save and the correlation, tensors only, so compare it with the estimate less the 1 GiB
+of CUDA context). Below the table a line says how many
 cells are measured. None is yet: no GPU has been available to this project.
 """
 
@@ -146,9 +147,9 @@ def measured_peaks(paths: Sequence[str]) -> Dict[Tuple, float]:
         try:
             with open(path) as f:
                 r = json.load(f)
-            if r.get("device") == "cuda" and "peak_memory_gb" in r:
+            if r.get("device") == "cuda" and "peak_memory_gb" in r:  # the larger of the steps' and correlation's
                 out[(r["scenario"], r["backbone"], r["resolution"], r["frames_per_clip"], r["batch_size"])] = \
-                    float(r["peak_memory_gb"])
+                    max(float(r["peak_memory_gb"]), float(r.get("correlation_peak_memory_gb", 0.0)))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SystemExit(f"--measured {path}: not a `raystream bench --json` output "
                              f"({type(exc).__name__}: {exc})") from None

@@ -91,10 +91,11 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
                   peak_memory_how=meter.how, **peak.figures(""))
     gc.collect()
 
-    ms, skipped = time_optimizers(trainee.groups, cfg.optimizer, WARMUP, steps, budget, with_compiled=allowed)
+    ms, skipped, ran = time_optimizers(trainee.groups, cfg.optimizer, WARMUP, steps, budget, with_compiled=allowed)
     if compile_applies(cfg.optimizer) and not allowed:
         skipped[label(OmegaConf.merge(cfg.optimizer, {"compile": True}))] = why_not
-    result.update(optimizer_step_ms=ms, optimizer_configured=label(cfg.optimizer), optimizer_step_skipped=skipped)
+    result.update(optimizer_step_ms=ms, optimizer_configured=label(cfg.optimizer), optimizer_step_skipped=skipped,
+                  optimizer_compiled=ran)
 
     sweep = throughput.sweep_decode_workers(trainee, held, throughput.worker_counts(available_cores()), WARMUP, steps,
                                             budget, {configured: live})

@@ -68,6 +68,7 @@ def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
     assert {"orthogonal_adamw", "adamw_foreach", "adamw_fused"} <= set(ms) and all(v > 0 for v in ms.values())
     assert r["optimizer_configured"] == "orthogonal_adamw"
     assert "time budget" in r["optimizer_step_skipped"]["orthogonal_adamw_compiled"]
+    assert r["optimizer_compiled"] == {}  # whether a compiled optimizer ran compiled: none was timed
     assert r["peak_memory_gb"] > 0 and r["peak_memory_gb"] == pytest.approx(r["peak_memory_bytes"] / 2 ** 30)
     # the correlation's phase and the training's (steps and one checkpoint save); on a CPU the host is the device
     assert 0 < r["correlation_peak_memory_bytes"] and r["checkpoint_bytes"] > 0

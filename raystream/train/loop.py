@@ -6,7 +6,8 @@
     restore  (`restore`)       the newest checkpoint (Ray Train's, or the newer complete one the driver found on
              storage): model, optimizer, the previous gradient of `grad_cos_prev`, RNG, stream position, sums;
     measure  (`measure_correlation`) on a fresh run only, before step 0: the stream correlation at the initial
-             weights, each rank on its shard and device, summed over ranks; rank 0 logs it at step 0;
+             weights, each rank on its shard and device, under the step's autocast, in micro-batches of the
+             per-worker batch, summed over ranks; rank 0 logs it at step 0;
     step     (`train_step`)    for every global step t (its pure-torch pieces: step.py, shared with `raystream bench`):
 
         schedules of step t (lr, weight decay) -> forward (bf16 autocast when `trainer.bf16` asks for it)
@@ -402,7 +403,7 @@ def measure_correlation(w: Worker, records: "Records") -> None:
         with rng_kept():
             result = measure_model(w.net, w.cfg, w.stream.stream, steps=int(tcfg.correlation_steps),
                                    device=w.device, micro_batch=per_worker_batch(w.cfg), rank=w.rank,
-                                   world_size=w.world)
+                                   world_size=w.world, autocast=w.autocast)
     except ValueError as exc:
         if w.rank == 0:
             not_measured(exc)

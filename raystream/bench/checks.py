@@ -91,7 +91,8 @@ def bf16_step(trainee: Trainee, batch) -> str:
 
 def compiled_step(trainee: Trainee) -> str:
     """3 steps of the stock and the compiled Orthogonal-AdamW from the same state and gradients; raises
-    CheckFailed("compiled_step", ...) when the updates differ or the compiled step does not build."""
+    CheckFailed("compiled_step", ...) when the updates differ, or the compiled step does not build or runs
+    eagerly."""
     from raystream.optim import build_optimizer
 
     groups = trainee.groups
@@ -107,11 +108,13 @@ def compiled_step(trainee: Trainee) -> str:
     except Exception as exc:  # a compiler missing or failing: what the user must know before a run
         raise CheckFailed("compiled_step", f"the compiled step did not run: {type(exc).__name__}: "
                                            f"{str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if compiled.compile_trace.eager:
+        raise CheckFailed("compiled_step", f"the compiled step {compiled.compile_trace.summary()}")
     flat = lambda gs: [p.detach() for g in gs for p in g["params"]]  # noqa: E731
     compiled_after = flat(compiled_groups)
     if _broken("compiled_step"):
         compiled_after[0] = compiled_after[0] + compiled_after[0].abs().max() + 1.0
-    return same_updates(before, flat(stock_groups), compiled_after)
+    return f"{same_updates(before, flat(stock_groups), compiled_after)}; {compiled.compile_trace.summary()}"
 
 
 def same_updates(before: List[torch.Tensor], stock: List[torch.Tensor], compiled: List[torch.Tensor]) -> str:

@@ -4,7 +4,8 @@ and `fused=True` (the baselines of benchmarks/optimizer_step.py).
 
 Each optimizer steps its own copy of the model's param groups with the same fixed random gradients, one optimizer
 at a time (so the memory of one copy is held at once): warm-up steps (the compiled step compiles in its second),
-then the median of the timed steps, between device synchronisations.
+then the median of the timed steps, between device synchronisations. Of a compiled optimizer it also reports
+whether its steps ran compiled (`CompileTrace.summary()`: a fallback to eager would time the eager step).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from omegaconf import OmegaConf
@@ -69,8 +70,9 @@ def builders(opt_cfg, with_compiled: bool) -> Dict[str, Callable[[List[dict]], O
 
 
 def step_ms(make: Callable[[List[dict]], Optimizer], groups: List[dict], warmup: int, steps: int,
-            budget: Budget) -> float:
-    """Median milliseconds of one `step()` of the optimizer `make` builds on a copy of `groups`."""
+            budget: Budget) -> Tuple[float, Optional[str]]:
+    """(median milliseconds of one `step()` of the optimizer `make` builds on a copy of `groups`, whether its steps
+    ran compiled: None for an optimizer without a compiled step)."""
     copies = copy_groups(groups)
     device = copies[0]["params"][0].device
     opt = make(copies)
@@ -85,19 +87,24 @@ def step_ms(make: Callable[[List[dict]], Optimizer], groups: List[dict], warmup:
         times.append(time.perf_counter() - t0)
         if budget.left() <= 0:
             break
+    ran = opt.compile_trace.summary() if getattr(opt, "compile", False) else None
     del opt, copies
     gc.collect()
-    return 1e3 * statistics.median(times)
+    return 1e3 * statistics.median(times), ran
 
 
 def time_optimizers(groups: List[dict], opt_cfg, warmup: int, steps: int, budget: Budget,
-                    with_compiled: bool) -> Tuple[Dict[str, float], Dict[str, str]]:
-    """({label: median step ms}, {label: why it was not timed}). Once the budget is spent the rest are skipped."""
+                    with_compiled: bool) -> Tuple[Dict[str, float], Dict[str, str], Dict[str, str]]:
+    """({label: median step ms}, {label: why it was not timed}, {label of a compiled one: whether it ran
+    compiled}). Once the budget is spent the rest are skipped."""
     ms: Dict[str, float] = {}
     skipped: Dict[str, str] = {}
+    ran: Dict[str, str] = {}
     for name, make in builders(opt_cfg, with_compiled).items():
         if budget.left() <= 0:
             skipped[name] = "time budget spent"
             continue
-        ms[name] = step_ms(make, groups, warmup, steps, budget)
-    return ms, skipped
+        ms[name], how = step_ms(make, groups, warmup, steps, budget)
+        if how is not None:
+            ran[name] = how
+    return ms, skipped, ran

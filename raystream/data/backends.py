@@ -4,7 +4,10 @@
     reader.num_frames, reader.fps, reader.height, reader.width     # height, width: of the frames `get` returns
     reader.get(indices)   # ascending source-frame indices -> uint8 array (n, H, W, 3), RGB
     reader.keyframes      # source-frame indices of the keyframes (where a segment can start without a seek back)
+    reader.frame_times    # seconds from the first frame to each frame (decord: its index; PyAV: the packets)
     reader.close()
+
+Frame i is the i-th frame in presentation order, whatever its timestamp (docs/videos.md), with both backends.
 
 With `size`, frames are scaled inside the decoder (libswscale, bilinear: decord's VideoReader width/height, PyAV's
 `to_ndarray(width=, height=)`), so nobody resizes them in Python. Readers are created per decode worker (never
@@ -18,6 +21,9 @@ contiguous chunks in order decode every frame once. Decoder failures come out as
 from __future__ import annotations
 
 import bisect
+import os
+import re
+from collections import OrderedDict
 from fractions import Fraction
 from typing import List, Optional, Sequence, Tuple
 
@@ -110,6 +116,17 @@ class DecordReader:
     def keyframes(self) -> List[int]:
         return self._keys or [0]
 
+    @property
+    def frame_times(self) -> List[float]:
+        """Seconds from the first frame to each frame, as decord's index has them (what it seeks by)."""
+        if self.num_frames <= 0:
+            return []
+        try:
+            starts = self._vr.get_frame_timestamp(list(range(self.num_frames)))[:, 0]
+        except _decord_errors() as exc:
+            raise DataError(f"{self.path}: decord has no frame timestamps: {_first_line(exc)}") from None
+        return [float(t - starts[0]) for t in starts]
+
     def _reset(self) -> None:
         # decord's seek_accurate(k) returns at once when the reader already stands at k, so step back to frame 0
         # first (cheap: a demuxer seek, nothing decoded); the next get_batch then seeks to the keyframe, which
@@ -140,7 +157,10 @@ class DecordReader:
 
 
 class PyAVReader:
-    """PyAV (FFmpeg) decoding with thread_count=1; frame indices follow presentation order from the first frame."""
+    """PyAV (FFmpeg) decoding with thread_count=1. Frame i is the i-th frame in presentation order, whatever its
+    timestamp: indices come from the stream's packet timestamps, sorted (`frame_table`, one demuxing pass, no
+    decoding), so a variable-frame-rate file is indexed as exactly as a constant-rate one. A stream whose packets
+    carry no timestamps falls back to timestamp x frame rate."""
 
     def __init__(self, path: str, max_read_through: int = 250, size: Optional[Tuple[int, int]] = None):
         import av
@@ -165,26 +185,82 @@ class PyAVReader:
         self.height, self.width = int(self._stream.height), int(self._stream.width)
         if size is not None:
             self.width, self.height = int(size[0]), int(size[1])
-        self.num_frames = int(self._stream.frames) or self._count_packets()
+        self._table: Optional[Tuple[List[int], List[int]]] = None  # (frame pts sorted, keyframe pts)
+        # the container's count where it keeps one (a shorter table then means a truncated file), else the packets'
+        self.num_frames = int(self._stream.frames) or len(self._frame_table()[0])
         self._start_pts = None
-        self._keys: Optional[List[int]] = None
         self._iter = None
         self._pos = 0  # index of the next frame the decoder yields
         self._rewind()
 
-    def _count_packets(self) -> int:
+    def _frame_table(self) -> Tuple[List[int], List[int]]:
+        """(pts of every frame in presentation order, pts of the keyframes), from one pass over the packets of a
+        second container (no decoding); empty lists when a packet has no timestamp."""
         import av
 
-        try:
-            n = sum(1 for p in self._container.demux(self._stream) if p.size)
-            self._container.close()  # reopen rather than seek: a stream with no packets cannot seek
-            self._container = av.open(self.path)
-            self._stream = self._container.streams.video[0]
-            self._stream.thread_type = "SLICE"
-            self._stream.codec_context.thread_count = 1
-        except av.FFmpegError as exc:
-            raise DataError(f"{self.path}: PyAV cannot demux it: {_first_line(exc)}") from None
-        return n
+        if self._table is None:
+            self._table = _TABLES.get(_file_key(self.path))
+        if self._table is None:
+            pts, keys = [], []
+            try:
+                with av.open(self.path) as container:
+                    for packet in container.demux(container.streams.video[0]):
+                        if not packet.size:
+                            continue
+                        if packet.pts is None:
+                            pts, keys = [], []
+                            break
+                        pts.append(packet.pts)
+                        if packet.is_keyframe:
+                            keys.append(packet.pts)
+            except av.FFmpegError as exc:
+                raise DataError(f"{self.path}: PyAV cannot demux it: {_first_line(exc)}") from None
+            self._table = (sorted(pts), sorted(keys))
+            _remember_table(self.path, self._table)
+        return self._table
+
+    @property
+    def frame_times(self) -> List[float]:
+        """Seconds from the first frame to each frame, in presentation order (empty without packet timestamps)."""
+        pts = self._frame_table()[0]
+        return [float((p - pts[0]) * self._tb) for p in pts]
+
+    def truncation(self) -> Optional[str]:
+        """What the container states of its video that its packets lack (a truncated file), or None. A container
+        that keeps a frame count (mp4, avi) must hold that many frames; one that keeps none (webm, mkv) must hold
+        frames up to the video's stated duration, within two frame intervals and 50 ms."""
+        times = self.frame_times
+        if not times:
+            return None
+        claimed = int(self._stream.frames)
+        if claimed:
+            return None if len(times) >= claimed else \
+                f"the container claims {claimed} frames, its packets hold {len(times)}"
+        stated = self._stated_duration()
+        gaps = sorted(b - a for a, b in zip(times, times[1:]))
+        if stated is None or not gaps:
+            return None
+        gap = gaps[len(gaps) // 2]
+        end = times[-1] + gap
+        if stated - end > 2 * gap + 0.05:
+            return f"the container says its video lasts {stated:.2f} s, its {len(times)} frames end at {end:.2f} s"
+        return None
+
+    def _stated_duration(self) -> Optional[float]:
+        """Seconds the container says the video stream lasts: its duration, its DURATION tag (Matroska), or the
+        file's duration when the video is its only stream; None when it says nothing."""
+        if self._stream.duration:
+            return float(self._stream.duration * self._tb)
+        tag = self._stream.metadata.get("DURATION")
+        if tag:
+            try:
+                h, m, sec = tag.split(":")
+                return int(h) * 3600 + int(m) * 60 + float(sec)
+            except ValueError:
+                return None
+        if len(self._container.streams) == 1 and self._container.duration:
+            return self._container.duration / 1e6
+        return None
 
     def _rewind(self) -> None:
         if self._start_pts is not None:  # something was decoded already: go back to the start
@@ -193,7 +269,14 @@ class PyAVReader:
         self._pos = 0
 
     def _index_of(self, frame) -> int:
-        if frame.pts is None or self._rate is None:
+        """The frame's index from its timestamp; -1 when it has none (the caller counts frames instead)."""
+        if frame.pts is None:
+            return -1
+        pts = self._frame_table()[0]
+        if pts:
+            i = bisect.bisect_left(pts, frame.pts)
+            return i if i < len(pts) and pts[i] == frame.pts else -1
+        if self._rate is None:
             return -1
         return int(round(float((frame.pts - self._start_pts) * self._tb * self._rate)))
 
@@ -209,11 +292,15 @@ class PyAVReader:
 
     def _seek_to(self, index: int) -> None:
         """Position the decoder at or before `index` (keyframe seek), then decode forward in `get`."""
-        if self._start_pts is None or self._rate is None or index == 0:
+        pts = self._frame_table()[0]
+        if index == 0 or (not pts and (self._start_pts is None or self._rate is None)):
             self._rewind()
             return
-        pts = self._start_pts + int(Fraction(index) / self._rate / self._tb)
-        self._container.seek(pts, stream=self._stream, backward=True, any_frame=False)
+        if pts:
+            target = pts[min(index, len(pts) - 1)]
+        else:
+            target = self._start_pts + int(Fraction(index) / self._rate / self._tb)
+        self._container.seek(target, stream=self._stream, backward=True, any_frame=False)
         self._iter = self._container.decode(self._stream)
         self._pos = -1  # unknown until the first frame is decoded
 
@@ -226,11 +313,16 @@ class PyAVReader:
             for target in indices:
                 if target < self._pos or target - self._pos > self.max_read_through:
                     self._seek_to(target)
+                rewound = False
                 while True:
                     frame = self._next()
                     idx = self._pos - 1
                     if idx > target:  # the seek landed past the target: go back to the start of the stream
+                        if rewound:  # read from the start and still past it: no frame has this index
+                            raise DataError(f"{self.path}: PyAV finds no frame {target} (the frames' timestamps "
+                                            f"skip it)")
                         self._rewind()
+                        rewound = True
                         continue
                     if idx == target:
                         out.append(self._pixels(frame))
@@ -251,28 +343,11 @@ class PyAVReader:
 
     @property
     def keyframes(self) -> List[int]:
-        """Indices of the keyframes, from one demuxing pass (no decoding) of a second container."""
-        import av
-
-        if self._keys is None:
-            keys = []
-            try:
-                with av.open(self.path) as container:
-                    stream = container.streams.video[0]
-                    start = None
-                    for packet in container.demux(stream):
-                        if packet.pts is None or not packet.size:
-                            continue
-                        start = packet.pts if start is None else min(start, packet.pts)
-                        if packet.is_keyframe:
-                            keys.append(packet.pts)
-            except av.FFmpegError as exc:
-                raise DataError(f"{self.path}: PyAV cannot demux it: {_first_line(exc)}") from None
-            if self._rate is None or start is None:
-                self._keys = [0]
-            else:
-                self._keys = sorted({int(round(float((k - start) * self._tb * self._rate))) for k in keys} | {0})
-        return self._keys
+        """Indices of the keyframes (where a decode can start), from the frame table."""
+        pts, keys = self._frame_table()
+        if not pts:
+            return [0]
+        return sorted({bisect.bisect_left(pts, k) for k in keys} | {0})
 
     def close(self) -> None:
         if self._container is not None:
@@ -280,9 +355,30 @@ class PyAVReader:
             self._container = None
 
 
+# Frame tables of the files this process read lately (one demuxing pass costs ~45 us a packet here: 5 s for an
+# hour at 30 fps), shared by the readers of one file (decode workers, reopened readers); keyed by path, size, mtime.
+_TABLES: "OrderedDict[tuple, Tuple[List[int], List[int]]]" = OrderedDict()
+_TABLES_KEPT = 64
+
+
+def _file_key(path: str) -> tuple:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return (path,)
+    return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+
+
+def _remember_table(path: str, table: Tuple[List[int], List[int]]) -> None:
+    _TABLES[_file_key(path)] = table
+    while len(_TABLES) > _TABLES_KEPT:
+        _TABLES.popitem(last=False)
+
+
 def _first_line(exc: BaseException) -> str:
+    """The exception's first line, without the `[hh:mm:ss] /source/file.cc:123: ` that decord puts before it."""
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    return re.sub(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: ", "", text[0]) if text else type(exc).__name__
 
 
 def _span(indices: Sequence[int]) -> str:

@@ -121,7 +121,17 @@ def describe_videos(entries: Sequence[VideoEntry], data_cfg, key: str) -> Tuple[
             out_good.append(info)
         else:
             out_bad.append((e.path, problem))
+    _say_pyav_reads(out_good, data_cfg, key)
     return out_good, out_bad
+
+
+def _say_pyav_reads(videos: Sequence[VideoInfo], data_cfg, key: str) -> None:
+    """One warning naming the videos decord would read wrong, which PyAV reads instead (exact.py)."""
+    fallback = [v for v in videos if v.decoder(str(data_cfg.decoder)) != str(data_cfg.decoder)]
+    if fallback:
+        listing = "\n".join(f"  {v.given}: {v.pyav_because}" for v in fallback)
+        warnings.warn(f"`{key}`: decord would read {len(fallback)} video(s) wrong; PyAV reads them instead "
+                      f"(exact, slower):\n{listing}", stacklevel=3)
 
 
 def _probe(todo: List[int], entries: Sequence[VideoEntry], data_cfg, cache,
@@ -141,7 +151,7 @@ def _probe(todo: List[int], entries: Sequence[VideoEntry], data_cfg, cache,
                 results[i] = (None, problems.get(e.path, "unusable"))
             else:
                 results[i] = (VideoInfo(info.path, info.num_frames, info.fps, info.height, info.width, e.label,
-                                        e.source), None)
+                                        e.source, info.pyav_because), None)
     return results
 
 
@@ -182,7 +192,7 @@ def _from_record(record: dict, entry: VideoEntry, data_cfg, cache) -> VideoInfo:
         source = replace(source, etag=str(record["etag"]))
     path = cache.path_of(source) if source is not None else entry.path
     return VideoInfo(path, int(record["num_frames"]), fps, int(record["height"]), int(record["width"]),
-                     entry.label, source)
+                     entry.label, source, record.get("pyav_because"))
 
 
 def write_index(spec, data_cfg, key: str = "data.videos") -> Tuple[List[str], List[Tuple[str, str]]]:
@@ -211,7 +221,8 @@ def write_index(spec, data_cfg, key: str = "data.videos") -> Tuple[List[str], Li
         size, mtime_ns = _version(e)
         per_dir.setdefault(_parent(e.path), {})[_name(e.path)] = {
             "num_frames": info.num_frames, "fps": info.fps, "height": info.height, "width": info.width,
-            "size": size, "mtime_ns": mtime_ns, "etag": info.source.etag if info.source is not None else None}
+            "size": size, "mtime_ns": mtime_ns, "etag": info.source.etag if info.source is not None else None,
+            "pyav_because": info.pyav_because}
     written = []
     for directory, records in sorted(per_dir.items()):
         merged = {**read_index(directory, key), **records}

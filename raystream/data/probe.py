@@ -34,7 +34,7 @@ class ProbeSet:
 def load_probe_set(data_cfg, stream_cfg, eval_cfg) -> ProbeSet:
     """The probe set of `eval_cfg.dataset`, or of the demo data when that is None (see the module docstring)."""
     dataset = eval_cfg.dataset
-    limit = int(eval_cfg.max_probe_samples)
+    limit = int(eval_cfg.max_probe_samples or 10 ** 9)  # null: every sample
     if dataset is None:
         if data_cfg.videos is not None:
             raise DataError("`eval.dataset` is not set: probing a model trained on your own videos needs a labelled "

@@ -6,6 +6,7 @@ path per line, or a CSV with a `path` column and optional `label`; relative path
 `probe_videos` opens each file with the configured decoder in a child process and decodes its first and last
 frames, so a missing, non-video, truncated/corrupt or empty file is reported by name before training; and a file
 that makes the decoder hang or abort costs at most `decode_timeout_s` and becomes an error, not a frozen sweep.
+A file decord would read wrong (exact.py) is marked for PyAV (`VideoInfo.pyav_because`); see docs/videos.md.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ class VideoInfo:
     width: int
     label: Optional[str] = None
     source: Optional[RemoteObject] = None
+    pyav_because: Optional[str] = None  # why decord would read this video wrong (exact.py): PyAV reads it then
+
+    def decoder(self, configured: str) -> str:
+        """The decoder that reads this video: `configured` (data.decoder), or PyAV where decord reads it wrong."""
+        return "pyav" if self.pyav_because else configured
 
     @property
     def given(self) -> str:
@@ -183,7 +189,8 @@ def probe_videos(entries: Sequence[VideoEntry], decoder: str, timeout_s: float,
         if not fps or fps <= 0:
             bad.append((e.path, "the container gives no frame rate: set data.fps"))
             continue
-        good.append(VideoInfo(e.path, info.num_frames, fps, info.height, info.width, e.label))
+        good.append(VideoInfo(e.path, info.num_frames, fps, info.height, info.width, e.label,
+                              pyav_because=info.pyav_because))
     return good, bad
 
 
@@ -222,7 +229,8 @@ def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[in
             if msg.get("error"):
                 out[i] = (None, msg["error"])
             else:
-                out[i] = (VideoInfo(paths[i], msg["num_frames"], msg["fps"], msg["height"], msg["width"]), None)
+                out[i] = (VideoInfo(paths[i], msg["num_frames"], msg["fps"], msg["height"], msg["width"],
+                                    pyav_because=msg.get("pyav_because")), None)
             current = i + 1
         else:
             proc.wait()
@@ -241,43 +249,64 @@ def _probe_one(path: str, decoder: str) -> dict:
     """Open `path`, decode its first and last frames; a dict with the facts or an `error`.
 
     The container is read with PyAV first (its FFmpeg messages say what is wrong: no video stream, zero frames,
-    invalid data), then the configured decoder must open it and decode its first and last frames.
+    invalid data), and its packets must hold the frames the container states (PyAVReader.truncation). With
+    data.decoder=decord, decord must then open the file, index it as the container does (exact.misread) and decode
+    its first and last frames; where it cannot, PyAV must, and reads the file (`pyav_because` says why).
     """
     from raystream.data.backends import open_reader
+    from raystream.data.exact import misread
 
+    opened = []
     try:
-        facts = open_reader(path, "pyav")
-        count = facts.num_frames
-        facts.close()
-        if count <= 0:
+        facts = open_reader(path, "pyav", max_read_through=1 << 30)
+        opened.append(facts)
+        if facts.num_frames <= 0:
             return {"error": "has zero frames"}
-        reader = open_reader(path, decoder, max_read_through=1 << 30)
+        cut = facts.truncation()
+        if cut is not None:
+            return {"error": f"truncated or corrupt: {cut}"}
+        reader, because = facts, None
+        if decoder != "pyav":
+            try:
+                opened.append(open_reader(path, decoder, max_read_through=1 << 30))
+                because = misread(opened[-1], facts) or _ends(opened[-1], path)
+            except DataError as exc:  # PyAV reads the container, decord cannot
+                because = _strip_path(str(exc), path)
+            if because is None:
+                reader = opened[-1]
+        problem = _ends(reader, path) if reader is facts else None
+        if problem is not None:
+            return {"error": problem}
+        return {"num_frames": reader.num_frames, "fps": reader.fps, "height": reader.height, "width": reader.width,
+                "pyav_because": because}
     except DataError as exc:
         return {"error": _strip_path(str(exc), path)}
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a property of this file, reported by name
         return {"error": f"unreadable: {type(exc).__name__}: {exc}"}
-    try:
-        n = reader.num_frames
-        if n <= 0:
-            return {"error": "has zero frames"}
-        if reader.height <= 0 or reader.width <= 0:
-            return {"error": f"unreadable video stream ({reader.width}x{reader.height} frames)"}
-        reader.get([0])
-        try:
-            last = reader.get([n - 1])
-        except DataError as exc:
-            return {"error": f"truncated or corrupt: the container claims {n} frames but frame {n - 1} "
-                             f"does not decode ({_strip_path(str(exc), path)})"}
-        if last.shape[0] != 1:
-            return {"error": f"truncated or corrupt: frame {n - 1} of the claimed {n} does not decode"}
-        return {"num_frames": n, "fps": reader.fps, "height": reader.height, "width": reader.width}
-    except DataError as exc:  # PyAV read the container, the configured decoder cannot
-        hint = " (FFmpeg reads the container: data.decoder=pyav may decode it)" if decoder != "pyav" else ""
-        return {"error": f"unreadable by {decoder}: {_strip_path(str(exc), path)}{hint}"}
-    except Exception as exc:  # noqa: BLE001 - any decoder failure is a property of this file, reported by name
-        return {"error": f"unreadable: {type(exc).__name__}: {exc}"}
     finally:
-        reader.close()
+        for r in opened:
+            r.close()
+
+
+def _ends(reader, path: str) -> Optional[str]:
+    """What keeps `reader` from reading the video's first and last frames; None when it reads both."""
+    n = reader.num_frames
+    if n <= 0:
+        return "has zero frames"
+    if reader.height <= 0 or reader.width <= 0:
+        return f"unreadable video stream ({reader.width}x{reader.height} frames)"
+    try:
+        reader.get([0])
+    except DataError as exc:
+        return f"unreadable: frame 0 does not decode ({_strip_path(str(exc), path)})"
+    try:
+        last = reader.get([n - 1])
+    except DataError as exc:
+        return (f"truncated or corrupt: the container claims {n} frames but frame {n - 1} does not decode "
+                f"({_strip_path(str(exc), path)})")
+    if last.shape[0] != 1:
+        return f"truncated or corrupt: frame {n - 1} of the claimed {n} does not decode"
+    return None
 
 
 def _strip_path(message: str, path: str) -> str:

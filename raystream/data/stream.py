@@ -329,7 +329,7 @@ class ClipStream:
         if v not in self._segments:
             info = self.videos[v]
             with self._local(v):
-                reader = open_reader(info.path, self.decoder, self.max_read_through)
+                reader = open_reader(info.path, info.decoder(self.decoder), self.max_read_through)
             try:
                 keys = reader.keyframes
             finally:
@@ -382,9 +382,9 @@ class ClipStream:
 def open_scaled_reader(info: VideoInfo, resolution: int, decoder: str, max_read_through: int = 250,
                        decord_reset_frames: int = 1):
     """A reader of `info.path` whose frames come out of the decoder with their short side at `resolution` (ready
-    for frames.crop_square)."""
+    for frames.crop_square), decoded by `decoder` or, where decord would read the video wrong, by PyAV."""
     size = scaled_size(info.width, info.height, resolution)
-    return open_reader(info.path, decoder, max_read_through, decord_reset_frames,
+    return open_reader(info.path, info.decoder(decoder), max_read_through, decord_reset_frames,
                        size=None if size == (info.width, info.height) else size)
 
 

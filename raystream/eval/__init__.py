@@ -4,7 +4,10 @@
     linear_probe_top1(train_f, train_y, test_f, test_y, num_classes=None, *, epochs=100, optimizer="lbfgs", ...)
     attentive_probe_top1(train_tokens, train_y, test_tokens, test_y, num_classes=None, *, epochs=20, ...)
     psnr(pred, target, data_range=1.0) -> Tensor   (mean per-sample PSNR, predictions clamped to [0, 1])
-    probe_metrics(encode, probe_set, eval_cfg) -> {'eval/knn_top1', 'eval/linear_top1', 'eval/attn_top1'}
+    probe_metrics(encode, probe_source, eval_cfg) -> {'eval/knn_top1', ...}: the probes of eval.protocol
+        (default, dino: DINO's kNN at 4 k + linear probe, vjepa: V-JEPA's attentive + linear probe)
+    load_probe_source(data_cfg, stream_cfg, eval_cfg) -> ProbeSource: eval.dataset as published (ImageFolder,
+        SSv2, `path label` lists; raystream/eval/probe_sets.py) or the labelled videos of raystream/data/probe.py
     heldout_pixel_metrics(predict, batches, max_batches) -> {'eval/mse_out_of_stream', 'eval/psnr_out_of_stream'}
 """
 

@@ -3,12 +3,13 @@
 Features are standardised with the training set's mean and std. The default optimiser is full-batch L-BFGS
 (deterministic, converges in ~100 iterations on cached features); `optimizer="sgd"` (momentum 0.9, DINO's linear
 probe) or `"adamw"` (VideoMAE's in the paper) train on mini-batches with a cosine schedule, for `epochs` epochs or
-exactly `iterations` mini-batches (for feature sets too large for one batch).
+exactly `iterations` mini-batches (for feature sets too large for one batch). `dino_linear_top1` is DINO's linear
+probe (eval.protocol=dino): no standardisation, SGD with DINO's lr scaling, on fresh features per mini-batch.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -16,6 +17,7 @@ from torch import nn
 
 from raystream.eval.config import LINEAR_OPTIMIZERS
 from raystream.eval.minibatch import minibatches, num_steps
+from raystream.eval.schedule import warmup_cosine
 
 DEFAULT_LR = {"lbfgs": 1.0, "sgd": 0.1, "adamw": 1e-3}  # when `lr` is None
 
@@ -28,10 +30,12 @@ def _standardise(train: torch.Tensor, test: torch.Tensor):
 def linear_probe_top1(train_features: torch.Tensor, train_labels: torch.Tensor, test_features: torch.Tensor,
                       test_labels: torch.Tensor, num_classes: Optional[int] = None, *, epochs: int = 100,
                       optimizer: str = "lbfgs", lr: Optional[float] = None, weight_decay: float = 1e-4,
-                      batch_size: int = 256, iterations: Optional[int] = None, seed: int = 0) -> float:
+                      batch_size: int = 256, iterations: Optional[int] = None, warmup: int = 0,
+                      seed: int = 0) -> float:
     """Top-1 accuracy in [0, 1] of a linear classifier fitted on `train_features` (N, D).
 
-    `epochs`: L-BFGS iterations, or mini-batch epochs; `iterations` (mini-batch optimizers) overrides them."""
+    `epochs`: L-BFGS iterations, or mini-batch epochs; `iterations` (mini-batch optimizers) overrides them;
+    `warmup`: mini-batch steps of linear lr warm-up before the cosine."""
     if optimizer not in LINEAR_OPTIMIZERS:
         raise ValueError(f"eval.linear_optimizer = {optimizer!r}: expected one of {', '.join(LINEAR_OPTIMIZERS)}")
     if train_features.shape[0] != train_labels.shape[0]:
@@ -65,7 +69,7 @@ def linear_probe_top1(train_features: torch.Tensor, train_labels: torch.Tensor, 
             opt = (torch.optim.SGD(head.parameters(), lr=lr, momentum=0.9) if optimizer == "sgd"
                    else torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0))  # decay: in the objective
             n = x.shape[0]
-            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, num_steps(n, batch_size, epochs, iterations))
+            sched = warmup_cosine(opt, warmup, num_steps(n, batch_size, epochs, iterations))
             for idx in minibatches(n, batch_size, epochs=epochs, iterations=iterations, generator=gen):
                 idx = idx.to(x.device)
                 opt.zero_grad()
@@ -74,4 +78,37 @@ def linear_probe_top1(train_features: torch.Tensor, train_labels: torch.Tensor, 
                 sched.step()
     with torch.no_grad():
         pred = head(x_test).argmax(dim=1)
+    return float((pred.cpu() == test_labels.long().cpu()).float().mean())
+
+
+def dino_linear_top1(train_features_of: Callable[[torch.Tensor], torch.Tensor], train_labels: torch.Tensor,
+                     test_features: torch.Tensor, test_labels: torch.Tensor, num_classes: int, *, lr: float = 0.01,
+                     batch_size: int = 512, epochs: int = 100, warmup_epochs: int = 0, seed: int = 0) -> float:
+    """Top-1 accuracy in [0, 1] of DINO's linear probe (eval_linear.py): Linear(D, classes), weights N(0, 0.01),
+    zero bias, on the features as the encoder gives them (no standardisation); SGD with momentum 0.9, no weight
+    decay, lr x batch_size / 256 (DINO's scaling), `warmup_epochs` of linear warm-up then cosine to 0, per step.
+
+    `train_features_of(idx)` gives the features (B, D) of the training samples `idx` (fresh augmented views of
+    them, or rows of a cache), on the device the probe trains on."""
+    gen = torch.Generator().manual_seed(seed)
+    y = train_labels.long()
+    n = y.shape[0]
+    head: Optional[nn.Linear] = None
+    steps_per_epoch = -(-n // batch_size)
+    for idx in minibatches(n, batch_size, epochs=epochs, iterations=None, generator=gen):
+        x = train_features_of(idx).float()
+        if head is None:
+            head = nn.Linear(x.shape[1], int(num_classes)).to(x.device)
+            with torch.no_grad():
+                head.weight.copy_(torch.randn(head.weight.shape, generator=gen) * 0.01)
+                head.bias.zero_()
+            opt = torch.optim.SGD(head.parameters(), lr=lr * batch_size / 256.0, momentum=0.9, weight_decay=0.0)
+            sched = warmup_cosine(opt, warmup_epochs * steps_per_epoch, epochs * steps_per_epoch)
+        with torch.enable_grad():
+            opt.zero_grad()
+            F.cross_entropy(head(x), y[idx].to(x.device)).backward()
+            opt.step()
+        sched.step()
+    with torch.no_grad():
+        pred = head(test_features.float().to(head.weight.device)).argmax(dim=1)
     return float((pred.cpu() == test_labels.long().cpu()).float().mean())

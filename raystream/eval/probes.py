@@ -1,32 +1,48 @@
-"""Run the probe evaluations named in `eval.metrics` on a labelled probe set with a frozen encoder.
+"""Run the probe evaluations named in `eval.metrics` on a labelled probe set with a frozen encoder, under
+`eval.protocol`.
 
 The encoder is any `encode(clips) -> (features (B, D), tokens (B, L, D))` (a scenario chooses which backbone and
-pooling: VideoMAE's mean-pooled encoder, DoRA's teacher [CLS]). Features are extracted once, without gradients, and
-cached; the kNN classifier, linear probe and attentive probe then train on the cache. Metric names:
-`eval/knn_top1`, `eval/linear_top1`, `eval/attn_top1`.
+pooling: VideoMAE's mean-pooled encoder, DoRA's teacher [CLS]). The probe set is a loaders.ProbeSource (or a
+data.ProbeSet of clips in memory), at most `eval.max_probe_samples` samples of each split (a seeded subset).
+Features of the centre views are extracted once, without gradients; the probes train on them, except DINO's
+augmented linear probe, which encodes fresh views of its mini-batches.
+
+- default: kNN (eval.knn_k) `eval/knn_top1`, linear (eval.linear_*) `eval/linear_top1`, attentive
+  (eval.attentive_*) `eval/attn_top1`.
+- dino: DINO's weighted kNN at each of eval.dino.knn_ks (`eval/knn_top1_k<k>`; k is capped by the number of
+  training samples) and DINO's linear probe (`eval/linear_top1`, eval.dino.*; eval.linear_features).
+- vjepa: V-JEPA's attentive probe (`eval/attentive_top1`) and a linear probe trained the same way
+  (`eval/linear_top1`), both with eval.vjepa's AdamW settings on cached tokens / features; kNN as default.
+
+Every function here takes lists of samples, so a rank can extract its own shard.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 
 from raystream.eval.attentive import attentive_probe_top1
-from raystream.eval.config import PROBE_METRICS, EvalConfig
+from raystream.eval.config import PROTOCOL_METRICS, EvalConfig
 from raystream.eval.knn import knn_top1
-from raystream.eval.linear import linear_probe_top1
+from raystream.eval.linear import dino_linear_top1, linear_probe_top1
+from raystream.eval.loaders import ProbeSource, tensor_source
 
 Encode = Callable[[torch.Tensor], Tuple[torch.Tensor, torch.Tensor]]
 
 
 @torch.no_grad()
-def extract(encode: Encode, clips: torch.Tensor, *, batch_size: int = 64, device: Optional[torch.device] = None,
-            keep_tokens: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """Pooled features (N, D) float32 on `device`, and (when `keep_tokens`) tokens (N, L, D) float16 on the CPU."""
+def extract(encode: Encode, source: ProbeSource, samples: Sequence[Any], *, batch_size: int = 64,
+            device: Optional[torch.device] = None, keep_tokens: bool = False, view: str = "centre",
+            rng: Optional[np.random.Generator] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Pooled features (N, D) float32 on `device` of `samples` seen in `view`, and (when `keep_tokens`) their
+    tokens (N, L, D) float16 on the CPU."""
+    rng = rng if rng is not None else np.random.default_rng(0)
     feats, toks = [], []
-    for start in range(0, clips.shape[0], batch_size):
-        x = clips[start:start + batch_size]
+    for start in range(0, len(samples), batch_size):
+        x = source.load(samples[start:start + batch_size], view, rng)
         if device is not None:
             x = x.to(device)
         pooled, tokens = encode(x)
@@ -36,45 +52,95 @@ def extract(encode: Encode, clips: torch.Tensor, *, batch_size: int = 64, device
     return torch.cat(feats), (torch.cat(toks) if keep_tokens else None)
 
 
-def _subset(x: torch.Tensor, y: torch.Tensor, limit: int, seed: int):
-    if x.shape[0] <= limit:
-        return x, y
-    idx = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed))[:limit]
-    return x[idx], y[idx]
+def labels_of(samples: Sequence[Any]) -> torch.Tensor:
+    return torch.tensor([int(s.label) for s in samples], dtype=torch.long)
 
 
-def probe_metrics(encode: Encode, probe: Any, eval_cfg: EvalConfig,
-                  device: Optional[torch.device] = None) -> Dict[str, float]:
-    """The probe metrics in `eval_cfg.metrics` on `probe` (data.ProbeSet: train_x, train_y, test_x, test_y,
-    num_classes), at most `eval_cfg.max_probe_samples` clips of each split (a seeded subset)."""
+def subset(samples: Sequence[Any], limit: Optional[int], seed: int) -> Sequence[Any]:
+    """At most `limit` of `samples` (a seeded subset, in their order); all of them when `limit` is None."""
+    if limit is None or len(samples) <= limit:
+        return samples
+    keep = np.sort(np.random.default_rng(seed).permutation(len(samples))[:limit])
+    return [samples[i] for i in keep]
+
+
+def probe_metrics(encode: Encode, probe: Any, eval_cfg: EvalConfig, device: Optional[torch.device] = None,
+                  num_heads: Optional[int] = None) -> Dict[str, float]:
+    """The probe metrics in `eval_cfg.metrics` of `eval_cfg.protocol` on `probe` (a ProbeSource, or a
+    data.ProbeSet); `num_heads`: the encoder's attention heads (the attentive probe's)."""
+    protocol = str(eval_cfg.protocol)
     metrics = [str(m) for m in eval_cfg.metrics]
-    unknown = [m for m in metrics if m not in PROBE_METRICS]
+    allowed = PROTOCOL_METRICS.get(protocol)
+    if allowed is None:
+        raise ValueError(f"eval.protocol = {protocol!r}: expected one of {list(PROTOCOL_METRICS)}")
+    unknown = [m for m in metrics if m not in allowed]
     if unknown:
-        raise ValueError(f"eval.metrics has {unknown}: expected a subset of {list(PROBE_METRICS)}")
+        raise ValueError(f"eval.metrics has {unknown}: expected a subset of {list(allowed)} "
+                         f"(eval.protocol = {protocol})")
     if not metrics:
         return {}
+    source = probe if isinstance(probe, ProbeSource) else tensor_source(probe)
     seed = int(eval_cfg.seed)
-    limit = int(eval_cfg.max_probe_samples)
-    batch = int(eval_cfg.batch_size)
-    train_x, train_y = _subset(probe.train_x, probe.train_y, limit, seed)
-    test_x, test_y = _subset(probe.test_x, probe.test_y, limit, seed + 1)
+    limit = None if eval_cfg.max_probe_samples is None else int(eval_cfg.max_probe_samples)
+    train, test = subset(source.train, limit, seed), subset(source.test, limit, seed + 1)
     keep = "attentive" in metrics
-    f_train, t_train = extract(encode, train_x, batch_size=batch, device=device, keep_tokens=keep)
-    f_test, t_test = extract(encode, test_x, batch_size=batch, device=device, keep_tokens=keep)
-    classes = int(probe.num_classes)
+    batch = int(eval_cfg.batch_size)
+    f_train, t_train = extract(encode, source, train, batch_size=batch, device=device, keep_tokens=keep)
+    f_test, t_test = extract(encode, source, test, batch_size=batch, device=device, keep_tokens=keep)
+    y_train, y_test = labels_of(train), labels_of(test)
+    classes = int(source.num_classes)
     out: Dict[str, float] = {}
+    if protocol == "dino":
+        if "knn" in metrics:
+            for k in eval_cfg.dino.knn_ks:
+                out[f"eval/knn_top1_k{int(k)}"] = knn_top1(f_train, y_train, f_test, y_test, classes, k=int(k),
+                                                           temperature=float(eval_cfg.knn_temperature))
+        if "linear" in metrics:
+            out["eval/linear_top1"] = _dino_linear(encode, source, train, f_train, f_test, y_test, eval_cfg, device)
+        return out
     if "knn" in metrics:
-        out["eval/knn_top1"] = knn_top1(f_train, train_y, f_test, test_y, classes, k=int(eval_cfg.knn_k),
+        out["eval/knn_top1"] = knn_top1(f_train, y_train, f_test, y_test, classes, k=int(eval_cfg.knn_k),
                                         temperature=float(eval_cfg.knn_temperature))
+    if protocol == "vjepa":
+        v = eval_cfg.vjepa
+        same_way = dict(lr=float(v.lr), batch_size=int(v.batch_size), iterations=int(v.iterations),
+                        warmup=int(v.warmup_iterations), weight_decay=0.0, seed=seed)
+        if "linear" in metrics:
+            out["eval/linear_top1"] = linear_probe_top1(f_train, y_train, f_test, y_test, classes,
+                                                        optimizer="adamw", **same_way)
+        if "attentive" in metrics:
+            out["eval/attentive_top1"] = attentive_probe_top1(t_train, y_train, t_test, y_test, classes,
+                                                              num_heads=num_heads, device=f_train.device, **same_way)
+        return out
     if "linear" in metrics:
         out["eval/linear_top1"] = linear_probe_top1(
-            f_train, train_y, f_test, test_y, classes, epochs=int(eval_cfg.probe_epochs),
+            f_train, y_train, f_test, y_test, classes, epochs=int(eval_cfg.probe_epochs),
             optimizer=str(eval_cfg.linear_optimizer), lr=eval_cfg.linear_lr,
             batch_size=int(eval_cfg.linear_batch_size), iterations=eval_cfg.linear_iterations,
             weight_decay=float(eval_cfg.linear_weight_decay), seed=seed)
     if "attentive" in metrics:
         out["eval/attn_top1"] = attentive_probe_top1(
-            t_train, train_y, t_test, test_y, classes, epochs=int(eval_cfg.attentive_epochs),
+            t_train, y_train, t_test, y_test, classes, epochs=int(eval_cfg.attentive_epochs),
             iterations=eval_cfg.attentive_iterations, lr=float(eval_cfg.attentive_lr),
-            batch_size=int(eval_cfg.attentive_batch_size or batch), seed=seed, device=f_train.device)
+            batch_size=int(eval_cfg.attentive_batch_size or batch), num_heads=num_heads, seed=seed,
+            device=f_train.device)
     return out
+
+
+def _dino_linear(encode: Encode, source: ProbeSource, train: Sequence[Any], f_train: torch.Tensor,
+                 f_test: torch.Tensor, y_test: torch.Tensor, eval_cfg: EvalConfig,
+                 device: Optional[torch.device]) -> float:
+    """DINO's linear probe: on fresh augmented views of each mini-batch (eval.linear_features=augmented), or on
+    the cached centre-crop features (cached)."""
+    d = eval_cfg.dino
+    rng = np.random.default_rng([int(eval_cfg.seed), 1])
+    if str(eval_cfg.linear_features) == "cached":
+        def features_of(idx: torch.Tensor) -> torch.Tensor:
+            return f_train[idx.to(f_train.device)]
+    else:
+        def features_of(idx: torch.Tensor) -> torch.Tensor:
+            return extract(encode, source, [train[i] for i in idx.tolist()], batch_size=int(eval_cfg.batch_size),
+                           device=device, view="augment", rng=rng)[0]
+    return dino_linear_top1(features_of, labels_of(train), f_test, y_test, int(source.num_classes), lr=float(d.lr),
+                            batch_size=int(d.batch_size), epochs=int(d.epochs), warmup_epochs=int(d.warmup_epochs),
+                            seed=int(eval_cfg.seed))

@@ -87,6 +87,28 @@ def unwrap(model: nn.Module) -> nn.Module:
         model = inner
 
 
+def first_vit(model: nn.Module) -> Optional[nn.Module]:
+    """The model's first VisionTransformer (its encoder), or None."""
+    from raystream.models.vit import VisionTransformer
+
+    return next((m for m in model.modules() if isinstance(m, VisionTransformer)), None)
+
+
+def encoder_heads(model: nn.Module) -> Optional[int]:
+    """The attention heads of the model's encoder: V-JEPA's attentive probe uses the encoder's head count."""
+    vit = first_vit(model)
+    return int(vit.num_heads) if vit is not None else None
+
+
+def as_model_clips(model: nn.Module, clips: torch.Tensor) -> torch.Tensor:
+    """Images (B, 1, C, H, W) of an image probe set repeated over the frames a video encoder takes (its
+    `num_frames`; as V-JEPA evaluates images); clips, and images for an image encoder, unchanged."""
+    vit = first_vit(model)
+    if clips.shape[1] == 1 and vit is not None and vit.video:
+        return clips.expand(-1, int(vit.num_frames), -1, -1, -1)
+    return clips
+
+
 def model_device(model: nn.Module) -> torch.device:
     param = next(model.parameters(), None)
     return param.device if param is not None else torch.device("cpu")
@@ -137,7 +159,8 @@ class Scenario:
         out: Dict[str, float] = {}
         try:
             if probe is not None:
-                out.update(probe_metrics(lambda x: self.encode(net, x), probe, eval_cfg, device=device))
+                out.update(probe_metrics(lambda x: self.encode(net, as_model_clips(net, x)), probe, eval_cfg,
+                                         device=device, num_heads=encoder_heads(net)))
             if heldout is not None:
                 out.update(heldout_pixel_metrics(lambda x: self.predict(net, x), heldout,
                                                  max_batches=int(eval_cfg.heldout_batches),

@@ -14,14 +14,24 @@ projection.
 lr and weight decay are 0-dim tensors, so learning-rate and weight-decay schedules do not recompile; a new set of
 parameter shapes or a changed beta does. The first compilation takes about a minute for a ViT on two CPU cores
 (cached on disk by inductor afterwards). Every value stays on the device: no host sync.
+
+The step is compiled with its own recompile limit, `RECOMPILE_LIMIT` graphs (dynamo's default, 8 per function,
+is shared by every optimizer of the process; a run needs one or two graphs, a benchmark or a test process more).
+`CompileTrace` keeps what the calls did: steps run compiled or eagerly, and, said once each on stderr with the
+reason, a recompile (a graph beyond this optimizer's first) and a fallback to eager (past the limit, torch 2.13
+raises `FailOnRecompileLimitHit` under fullgraph; the step then runs the same function uncompiled).
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import torch
 from torch import Tensor
+from torch._dynamo.exc import FailOnRecompileLimitHit
+from torch._dynamo.utils import counters, guard_failures
 
 from raystream.optim.projection import safe_ratio
 
@@ -75,36 +85,95 @@ def update_(groups: Sequence[Group], ks: Tensor, scalars: Sequence[Scalars],
     return torch.stack(uus).sum() if with_update_norm else None
 
 
+RECOMPILE_LIMIT = 64  # graphs of the compiled step per process (dynamo's default recompile_limit: 8)
+
 _compiled: Dict = {}
 
 
 def _compiled_fn(fn):
-    """`fn` compiled once per process (inductor then caches a graph per set of shapes and flags)."""
+    """`fn` compiled once per process, with its own recompile limit (inductor then caches a graph per set of shapes
+    and flags)."""
     if fn not in _compiled:
-        _compiled[fn] = torch.compile(fn, fullgraph=True, dynamic=False, options={"size_asserts": False})
+        _compiled[fn] = torch.compile(fn, fullgraph=True, dynamic=False, recompile_limit=RECOMPILE_LIMIT,
+                                      options={"size_asserts": False})
     return _compiled[fn]
 
 
 def fused_step_(groups: Sequence[Group], scalars: Sequence[Scalars], projection: str,
-                with_update_norm: bool) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
-    """The two passes and the projection coefficient between them: the function torch.compile sees."""
+                with_update_norm: bool) -> Tuple[Tensor, Tensor, Optional[Tensor], bool]:
+    """The two passes and the projection coefficient between them: the function torch.compile sees. The last
+    value says whether it ran compiled (dynamo traces `is_compiling()` as the constant True)."""
     dots = dot_products([g for group in groups for g in group.grads], [c for group in groups for c in group.emas])
     gc, cc = dots[:, 0].sum(), dots[:, 1].sum()
     ks = safe_ratio(gc, cc).expand(dots.shape[0]) if projection == "global" else safe_ratio(dots[:, 0], dots[:, 1])
-    return gc, cc, update_(groups, ks, scalars, with_update_norm)
+    return gc, cc, update_(groups, ks, scalars, with_update_norm), torch.compiler.is_compiling()
 
 
-def orthogonal_adamw_(groups: Sequence[Group], projection: str,
-                      with_update_norm: bool) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+@dataclass
+class CompileTrace:
+    """What one optimizer's compiled steps did: how many ran compiled and eagerly, and what was said (once)."""
+
+    compiled: int = 0
+    eager: int = 0
+    eager_reason: str = ""
+    graphs: Optional[int] = None  # dynamo's graph count after this optimizer's first compiled step
+    said: Set[str] = field(default_factory=set)
+
+    def say_once(self, kind: str, message: str) -> None:
+        if kind not in self.said:
+            self.said.add(kind)
+            print(f"raystream: WARNING: OrthogonalAdamW(compile=True) {message}", file=sys.stderr, flush=True)
+
+    def summary(self) -> str:
+        """E.g. 'ran compiled (4 steps)' or 'ran eagerly in 3 of 7 steps: <reason>'."""
+        if not self.eager:
+            return f"ran compiled ({self.compiled} steps)"
+        return f"ran eagerly in {self.eager} of {self.compiled + self.eager} steps: {self.eager_reason}"
+
+
+def _last_reason() -> str:
+    reasons = guard_failures.get(fused_step_.__code__) or ["not recorded by dynamo"]
+    return " ".join(str(reasons[-1]).split())[:300]
+
+
+def _run(args, trace: CompileTrace) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    """`fused_step_(*args)` compiled, or eagerly once compiling is refused (said once, with the reason)."""
+    if not trace.eager_reason:
+        graphs = counters["stats"]["unique_graphs"]
+        try:
+            *out, compiled = _compiled_fn(fused_step_)(*args)
+        except FailOnRecompileLimitHit:
+            trace.eager_reason = (f"torch.compile hit its recompile limit ({RECOMPILE_LIMIT} graphs of the step in "
+                                  f"this process; last reason: {_last_reason()})")
+        else:
+            if compiled:
+                if trace.graphs is not None and counters["stats"]["unique_graphs"] > graphs:
+                    trace.say_once("recompile", f"compiled its step again ({_last_reason()}); each new set of "
+                                   "parameter shapes or hyper-parameters other than lr and weight decay costs one "
+                                   "compilation")
+                trace.graphs = counters["stats"]["unique_graphs"]
+                trace.compiled += 1
+                return tuple(out)
+            trace.eager_reason = "dynamo did not compile it (TORCHDYNAMO_DISABLE or torch._dynamo.config.disable)"
+        trace.say_once("eager", f"runs its step eagerly from here on, much slower than compiled: "
+                       f"{trace.eager_reason}")
+    *out, _ = fused_step_(*args)
+    trace.eager += 1
+    return tuple(out)
+
+
+def orthogonal_adamw_(groups: Sequence[Group], projection: str, with_update_norm: bool,
+                      trace: CompileTrace) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
     """One Orthogonal-AdamW step of every parameter, in place: the step counters and bias corrections (a few
     device ops per param group, whatever the number of tensors), then the compiled passes. Every parameter must
-    already have its EMA and AdamW state. Returns (sum g . c, sum c . c, sum u . u or None)."""
+    already have its EMA and AdamW state. Returns (sum g . c, sum c . c, sum u . u or None); `trace` counts the
+    steps run compiled and eagerly."""
     scalars = []
     for group in groups:
         beta1, beta2 = group.hyper[:2]
         lr, t = group.lr, (group.steps + 1).to(group.lr.dtype)
         scalars.append((1 - lr * group.weight_decay, lr / (1 - beta1 ** t), torch.rsqrt(1 - beta2 ** t)))
-    out = _compiled_fn(fused_step_)(groups, scalars, projection, with_update_norm)
+    out = _run((groups, scalars, projection, with_update_norm), trace)
     for group in groups:  # after the step: one that failed to compile has changed nothing
         group.steps.add_(1)
     return out

@@ -104,7 +104,7 @@ class GradCosine:
 
 class GradCosineTracker:
     """`update()` after backward (and before zero_grad) returns the cosine of this and the previous call's
-    gradients over the whole parameter vector, as a float; NaN on the first call, when a gradient is zero, or when
+    gradients over the whole parameter vector, as a float (`update_on_device()`: as a 0-dim device tensor); NaN on the first call, when a gradient is zero, or when
     the set of parameters with a gradient changed. Accepts parameters or param-group dicts.
     """
 
@@ -115,12 +115,17 @@ class GradCosineTracker:
         self.params: List[Tensor] = items
         self._cosine = GradCosine()
 
-    @torch.no_grad()
     def update(self) -> float:
+        return float(self.update_on_device())
+
+    @torch.no_grad()
+    def update_on_device(self) -> Tensor:
+        """`update()` as a 0-dim tensor on the gradients' device: no host sync (the training loop reads it back
+        with the rest of its log window)."""
         ps = [p for p in self.params if p.grad is not None and not p.grad.is_sparse]
         if not ps:
-            return math.nan
-        return float(self._cosine.update(ps, [p.grad for p in ps]))
+            return torch.full((), math.nan, device=self.params[0].device if self.params else None)
+        return self._cosine.update(ps, [p.grad for p in ps])
 
     def reset(self) -> None:
         self._cosine.reset()

@@ -35,7 +35,7 @@ from torch.optim import Optimizer
 
 from raystream.optim.adamw_math import adamw_foreach, adamw_fused, adamw_single, fused_supported, init_adamw_state
 from raystream.optim.base import EMA_KEY, OrthogonalMixin, check_hparam, evaluate_closure, split
-from raystream.optim.compiled import Group, orthogonal_adamw_
+from raystream.optim.compiled import CompileTrace, Group, orthogonal_adamw_
 
 
 class OrthogonalAdamW(OrthogonalMixin, Optimizer):
@@ -66,6 +66,7 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
         check_hparam("compile", compile, not compile or projection in ("global", "per_tensor"),
                      f"False with projection={projection!r} (it compiles the 'global' and 'per_tensor' projections)")
         self.compile = compile
+        self.compile_trace = CompileTrace()  # compile=True: steps run compiled / eagerly, and why
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, orth_beta=orth_beta,
                         maximize=maximize, foreach=foreach, fused=fused)
         super().__init__(params, defaults)
@@ -151,7 +152,7 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
                               (float(beta1), float(beta2), float(group["eps"]), float(group["orth_beta"]),
                                bool(group["maximize"]))))
         try:
-            gc, cc, uu = orthogonal_adamw_(args, self.projection, self._cosine is not None)
+            gc, cc, uu = orthogonal_adamw_(args, self.projection, self._cosine is not None, self.compile_trace)
         except BackendCompilerFailed as e:
             raise RuntimeError(
                 f"OrthogonalAdamW(compile=True): torch.compile could not build the fused step "

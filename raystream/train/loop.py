@@ -6,19 +6,25 @@
     restore  (`restore`)       the newest checkpoint (Ray Train's, or the newer complete one the driver found on
              storage): model, optimizer, the previous gradient of `grad_cos_prev`, RNG, stream position, sums;
     measure  (`measure_correlation`) on a fresh run only, before step 0: the stream correlation at the initial
-             weights, each rank on its shard and device, summed over ranks; rank 0 logs it at step 0;
+             weights, each rank on its shard and device, under the step's autocast, in micro-batches of the
+             per-worker batch, summed over ranks; rank 0 logs it at step 0;
     step     (`train_step`)    for every global step t (its pure-torch pieces: step.py, shared with `raystream bench`):
 
         schedules of step t (lr, weight decay) -> forward (bf16 autocast when `trainer.bf16` asks for it)
         -> backward (DDP all-reduces: every worker holds the global mean gradient) -> gradient norm (clipped when
-        `optimizer.grad_clip` > 0) -> loss and norm read back in ONE host transfer and checked finite
-        -> optimizer step (the orthogonal projection acts on the all-reduced gradient) -> scenario.after_step(t)
+        `optimizer.grad_clip` > 0) -> optimizer step (the orthogonal projection acts on the all-reduced gradient)
+        -> scenario.after_step(t); the step's values stay on the device (window.py: `StepWindow`)
+
+    read-back (`read_window`) after every `trainer.log_every`-th step (and at report, checkpoint and evaluation
+             steps): the window's values in ONE host transfer, each step checked finite and recorded in order;
 
     and reporting (`Records` on rank 0: MLflow, progress line, evaluations; `report` on every rank: Ray Train
     reports, every `trainer.checkpoint_every` steps and after the last with rank 0's checkpoint).
 
 Loss and in-stream metrics are averaged over the workers. A non-finite loss or gradient norm ends the run at that
-step (raystream/train/divergence.py): the workers return instead of raising, so Ray Train spends no retry on it.
+step (raystream/train/divergence.py), found at the next read-back: at most `trainer.log_every - 1` more steps run
+on, and are neither recorded nor checkpointed. The workers return instead of raising, so Ray Train spends no retry
+on it.
 After a machine fault Ray Train restarts the workers and the stream resumes at the exact next global batch.
 """
 
@@ -39,9 +45,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from raystream.tracking import names
 from raystream.train import checkpoint, divergence, faults, persist
+from raystream.train.node_metrics import start_node_monitor
 from raystream.train.progress import Progress
 from raystream.train.schedule import Schedules
 from raystream.train.step import autocast_for, forward_backward, optimizer_update
+from raystream.train.window import StepWindow, finite_check_values, read_back_due
 
 
 def seed_everything(seed: int) -> None:
@@ -55,19 +63,6 @@ def typed_config(plain: Dict[str, Any]) -> DictConfig:
     from raystream.config import RunConfig
 
     return OmegaConf.merge(OmegaConf.structured(RunConfig), plain)
-
-
-def host_values(means: List[torch.Tensor], local: List[torch.Tensor], world_size: int,
-                device: torch.device) -> Tuple[List[float], List[float]]:
-    """(the mean over workers of each of `means`, each of `local` as it is) as floats, read back in one transfer."""
-    vec = torch.stack([v.detach().float().reshape(()) for v in means]).to(device=device, dtype=torch.float64)
-    if world_size > 1 and dist.is_available() and dist.is_initialized():
-        dist.all_reduce(vec, op=dist.ReduceOp.SUM)
-        vec /= world_size
-    if local:
-        vec = torch.cat([vec, torch.stack([v.detach().reshape(()) for v in local]).to(vec)])
-    values = vec.cpu().tolist()
-    return values[:len(means)], values[len(means):]
 
 
 @contextlib.contextmanager
@@ -116,20 +111,30 @@ class Worker:
 
     @classmethod
     def build(cls, config: Dict[str, Any]) -> "Worker":
+        """The worker Ray Train runs: its rank, world size and device from Ray Train's context, the model under
+        `ray.train.torch.prepare_model` (DDP when world > 1)."""
         import ray.train
         import ray.train.torch
 
+        cfg = typed_config(config["cfg"])
+        _quiet_ray_train(cfg.trainer.ray_log_level)
+        ctx = ray.train.get_context()
+        ddp_kwargs = {"find_unused_parameters": cfg.trainer.find_unused_parameters}
+        return cls.assemble(cfg, config["run"], ctx.get_world_rank(), ctx.get_world_size(),
+                            ray.train.torch.get_device(),
+                            lambda m: ray.train.torch.prepare_model(m, parallel_strategy_kwargs=ddp_kwargs))
+
+    @classmethod
+    def assemble(cls, cfg: DictConfig, run: Dict[str, Any], rank: int, world: int, device: torch.device,
+                 prepare: Callable[[torch.nn.Module], torch.nn.Module]) -> "Worker":
+        """The worker of `rank` in `world` on `device`; `prepare` puts the model on the device (and under DDP).
+        Without Ray, a test builds rank 0 of one worker this way."""
         from raystream.data import DeviceStream, build_stream
         from raystream.models import build_scenario
         from raystream.models.scenario import unwrap
         from raystream.optim import GradCosineTracker, build_optimizer, param_groups
 
-        cfg, run = typed_config(config["cfg"]), config["run"]
         tcfg = cfg.trainer
-        _quiet_ray_train(tcfg.ray_log_level)
-        ctx = ray.train.get_context()
-        rank, world = ctx.get_world_rank(), ctx.get_world_size()
-        device = ray.train.torch.get_device()
         torch.set_num_threads(max(1, int(tcfg.cpus_per_worker)))
         seed_everything(tcfg.seed)
         total = int(run["total_steps"])
@@ -138,8 +143,7 @@ class Worker:
         scenario.set_total_steps(total)  # schedules inside the scenario (DoRA's teacher momentum)
         # uint8 until the device, copied ahead of the step (pinned memory and a side stream on CUDA)
         stream = DeviceStream(build_stream(cfg.data, cfg.stream, rank=rank, world_size=world), device)
-        model = ray.train.torch.prepare_model(
-            scenario.model, parallel_strategy_kwargs={"find_unused_parameters": tcfg.find_unused_parameters})
+        model = prepare(scenario.model)
         net = unwrap(model)
         groups = param_groups(net, cfg.optimizer)
         params = [p for group in groups for p in group["params"]]
@@ -217,23 +221,31 @@ def restore(w: Worker) -> LoopState:
                      final=dict(train_state.get("final") or {}), checkpoints=checkpoints or persist.Checkpointer())
 
 
-def train_step(w: Worker, batch, t: int) -> Tuple[Dict[str, float], Dict[str, float]]:
-    """Train global step t on this worker's shard `batch`. Returns (loss and in-stream metrics averaged over the
-    workers, the step's other metrics: lr, wd, grad_norm, grad_cos_*). Raises DivergedError, on every worker
-    alike, when the loss or the gradient norm is not finite (before the optimizer step)."""
+def train_step(w: Worker, batch, t: int) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor],
+                                                  Dict[str, float]]:
+    """Train global step t on this worker's shard `batch`. Returns its values for a `StepWindow`, read nothing
+    back: (loss and in-stream metrics, to average over the workers; this worker's gradient norm, grad_cos_prev and
+    the optimizer's diagnostics (rank 0), as device tensors; lr and wd as floats)."""
     faults.before_step(w.run.get("hooks", {}), t, w.rank)
-    step_metrics = w.schedules.apply(w.optimizer, t)
+    host = w.schedules.apply(w.optimizer, t)
     out, grad_norm = forward_backward(w.model, w.optimizer, w.params, batch.model_inputs(w.device), w.autocast,
                                       w.cfg.optimizer.grad_clip)
-    loss = out["loss"]
     in_keys = sorted(k for k in out if k.startswith(names.IN_STREAM_PREFIX))
-    means, (norm,) = host_values([loss] + [out[k] for k in in_keys], [grad_norm], w.world, w.device)
-    scalars = dict(zip([names.LOSS] + in_keys, means))
-    divergence.check_finite(t, {"loss": scalars[names.LOSS], "gradient norm": norm})
-    step_metrics[names.GRAD_NORM] = norm
-    step_metrics.update(optimizer_update(w.optimizer, w.cosines, report=w.rank == 0))
+    means = {names.LOSS: out["loss"], **{k: out[k] for k in in_keys}}
+    local = {names.GRAD_NORM: grad_norm, **optimizer_update(w.optimizer, w.cosines, report=w.rank == 0)}
     w.scenario.after_step(t)
-    return scalars, step_metrics
+    return means, local, host
+
+
+def read_window(window: StepWindow, state: LoopState, records: "Records") -> None:
+    """Read the window back (one transfer) and record its steps in order. Raises DivergedError, on every worker
+    alike, at the first step whose loss or gradient norm is not finite: it and the steps after it are not
+    recorded (the loss is averaged over the workers and the gradients are DDP's, so all see the same values)."""
+    for t, scalars, metrics in window.read():
+        divergence.check_finite(t, finite_check_values(scalars, metrics))
+        state.add(scalars)
+        state.next_step = t + 1
+        records.step(t, {**scalars, **metrics})
 
 
 class Evaluator:
@@ -245,13 +257,14 @@ class Evaluator:
         self._heldout = None
 
     def __call__(self, model) -> Dict[str, float]:
-        from raystream.data import build_heldout_stream, load_probe_set
+        from raystream.data import build_heldout_stream
+        from raystream.eval.loaders import load_probe_source
 
         needs = set(self.scenario.needs)
         probe = heldout = None
         if "probe" in needs and list(self.cfg.eval.metrics):
             if self._probe is None:
-                self._probe = load_probe_set(self.cfg.data, self.cfg.stream, self.cfg.eval)
+                self._probe = load_probe_source(self.cfg.data, self.cfg.stream, self.cfg.eval)
             probe = self._probe
         if "heldout" in needs and self.cfg.eval.heldout_batches > 0:
             if self._heldout is None:
@@ -290,15 +303,20 @@ class Records:
             self.progress.say(f"{where}: {w.total} steps of {batch_size} clips over {w.world} worker(s) on "
                               f"{w.device.type}")
 
-    def step(self, t: int, metrics: Dict[str, float]) -> None:
+    def clips_per_s(self) -> float:
+        """Clips per second since the previous call (host time: without a sync per step the device catches up at
+        each read-back, so a window's figures add up to its throughput)."""
         now = time.perf_counter()
+        rate, self._t_prev = self.w.cfg.stream.batch_size / max(now - self._t_prev, 1e-9), now
+        return rate
+
+    def step(self, t: int, metrics: Dict[str, float]) -> None:
+        """Step t's metrics (read back): to MLflow and the progress line."""
         if self.active:
-            metrics = {**metrics, names.CLIPS_PER_S: self.w.cfg.stream.batch_size / (now - self._t_prev)}
             self.logger.log(metrics, t)
             self.progress.update(t, metrics)
             if (t + 1) % self.w.cfg.trainer.log_every == 0:
                 self.logger.flush()
-        self._t_prev = now
 
     def evaluate(self, t: int, state: LoopState) -> None:
         """Evaluate after step t when `eval.every` or the end asks for it (rank 0; the others keep theirs)."""
@@ -392,7 +410,7 @@ def measure_correlation(w: Worker, records: "Records") -> None:
         with rng_kept():
             result = measure_model(w.net, w.cfg, w.stream.stream, steps=int(tcfg.correlation_steps),
                                    device=w.device, micro_batch=per_worker_batch(w.cfg), rank=w.rank,
-                                   world_size=w.world)
+                                   world_size=w.world, autocast=w.autocast)
     except ValueError as exc:
         if w.rank == 0:
             not_measured(exc)
@@ -415,27 +433,41 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         w.stream.close()
         return final if w.rank == 0 else None
     records = Records(w, state.start)
+    monitor = start_node_monitor(w.cfg, w.run, gpus=w.device.type == "cuda")  # local rank 0: its node's metrics
     try:
         if w.run.get("measure_correlation") and state.next_step == 0:  # a fresh run, not a resume
             measure_correlation(w, records)
-        for batch in w.stream:
-            t = int(batch.step)
-            if t >= w.total:
-                break
-            try:
-                scalars, step_metrics = train_step(w, batch, t)
-            except divergence.DivergedError as exc:
-                records.flush()
-                return divergence.as_result(exc) if w.rank == 0 else None
-            state.add(scalars)
-            state.next_step = t + 1
-            records.step(t, {**scalars, **step_metrics})
-            records.evaluate(t, state)
-            report(w, state, records, t, step_metrics[names.LR])
-            if state.next_step >= w.total:
-                break
+        diverged = train_steps(w, state, records, w.stream)
+        if diverged is not None:
+            return divergence.as_result(diverged) if w.rank == 0 else None
     finally:
         persist.wait()  # a checkpoint write in flight ends complete before an error reaches Ray Train (and a restart)
+        monitor.stop()
         records.close()
         w.stream.close()
     return state.final if w.rank == 0 else None
+
+
+def train_steps(w: Worker, state: LoopState, records: "Records", batches) -> Optional[divergence.DivergedError]:
+    """Train on `batches` up to the run's last step, reading the values back once per window (`read_back_due`),
+    then evaluating and reporting. Returns the DivergedError when the run diverged (its steps before are recorded
+    and flushed), else None."""
+    window = StepWindow(w.world, w.device)
+    for batch in batches:
+        t = int(batch.step)
+        if t >= w.total:
+            break
+        means, local, host = train_step(w, batch, t)
+        window.add(t, means, local, {**host, names.CLIPS_PER_S: records.clips_per_s()})
+        if not read_back_due(w.cfg, t, w.total):
+            continue
+        try:
+            read_window(window, state, records)
+        except divergence.DivergedError as exc:
+            records.flush()
+            return exc
+        records.evaluate(t, state)
+        report(w, state, records, t, float(w.optimizer.param_groups[0]["lr"]))
+        if state.next_step >= w.total:
+            break
+    return None

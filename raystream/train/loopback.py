@@ -8,8 +8,10 @@ rank 0 serves the store from a socket bound to 127.0.0.1 (`TCPStore(master_liste
 its client (`TORCHELASTIC_USE_AGENT_STORE`, torch's switch for a store hosted outside the ranks), and gloo / NCCL
 use the loopback interface (`GLOO_SOCKET_IFNAME`, `NCCL_SOCKET_IFNAME`, unless set). Workers on several nodes
 get Ray's set-up unchanged: the store must be reachable from the other nodes (cluster/README.md, Security).
-This reuses Ray Train 2.60's private set-up steps (`ray.train.torch.config`); a Ray without them falls back to
-its own `TorchConfig` behaviour.
+This reuses Ray Train 2.60's private set-up steps (`ray.train.torch.config`): import this module only through
+`raystream.train.torch_backend.torch_config()`, which checks that the installed Ray is a tested version with those
+names, and gives the run Ray's stock `TorchConfig` (saying so) when it is not. Workers with TPUs also get Ray's
+set-up (its `tpu_dist` backend).
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from ray.train.torch import TorchConfig
-from ray.train.torch.config import _TorchBackend
+# Private: checked by raystream/train/torch_backend.py (PRIVATE_API) before this module is imported.
+from ray.train.torch.config import _set_torch_distributed_env_vars, _setup_torch_process_group, _TorchBackend
 
 LOOPBACK = "127.0.0.1"
 _SERVED: Optional[Any] = None  # rank 0's (TCPStore, listening socket): kept for the worker process's life
@@ -65,18 +68,21 @@ def _use_store(port: int) -> None:
         os.environ.setdefault("NCCL_SOCKET_IFNAME", interface)
 
 
+def backend_name(backend: Optional[str], resources_per_worker: Dict[str, float]) -> Optional[str]:
+    """torch.distributed's backend as Ray's set-up picks it (`backend`, else NCCL for GPU workers, gloo for CPU
+    ones); None for TPU workers, which keep Ray's own set-up."""
+    if backend == "tpu_dist" or resources_per_worker.get("TPU", 0) > 0:
+        return None
+    return backend or ("nccl" if resources_per_worker.get("GPU", 0) > 0 else "gloo")
+
+
 class _LoopbackTorchBackend(_TorchBackend):
     def on_start(self, worker_group, backend_config) -> None:
-        try:
-            from ray.train.torch.config import _set_torch_distributed_env_vars, _setup_torch_process_group
-        except ImportError:  # another Ray: its own set-up
-            return super().on_start(worker_group, backend_config)
-        if len(set(worker_group.execute(_node_id))) != 1:
+        backend = backend_name(backend_config.backend, worker_group.get_resources_per_worker())
+        if backend is None or len(set(worker_group.execute(_node_id))) != 1:
             return super().on_start(worker_group, backend_config)
         import ray
 
-        backend = backend_config.backend or (
-            "nccl" if worker_group.get_resources_per_worker().get("GPU", 0) > 0 else "gloo")
         port = worker_group.execute_single(0, _serve_store, int(backend_config.timeout_s))
         worker_group.execute(_use_store, port=port)
         worker_group.execute(_set_torch_distributed_env_vars)

@@ -132,12 +132,15 @@ def finish_run(client, uri: str, run_id: str, path: str, end: Dict[str, Any]) ->
 
 
 def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[Sequence[Any]] = None,
-        mlflow_parent_run_id: Optional[str] = None, mlflow_tags: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+        mlflow_parent_run_id: Optional[str] = None, mlflow_tags: Optional[Dict[str, str]] = None,
+        init_checked: Optional[str] = None) -> Dict[str, Any]:
     """Train one run to the end (or resume it) and return its final metrics.
 
     `run_name` (else `trainer.run_name`, else generated) names the Ray Train run directory
     `<trainer.storage_path>/<run_name>` and the MLflow run. `callbacks`: Ray Train `UserCallback`s (Tune passes
     `ray.tune.integration.ray_train.TuneReportCallback()`), called on every `ray.train.report`.
+    `init_checked`: the line `check_backbone_init` gave for this config earlier (a sweep checks each distinct
+    model's start checkpoint once, before Ray starts); None reads and checks it here.
     Returned keys: `loss` (mean over the last report window), `eval/*` (final evaluation and in-stream averages),
     `step`, `steps_done`, `start_step` (step the last attempt started at: > 0 after a restart or resume),
     `mlflow_run_id`, `run_name`, `run_dir`, `checkpoint_path`.
@@ -149,13 +152,14 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     from ray.train.torch import TorchTrainer
 
     from raystream.train.loop import train_loop_per_worker
-    from raystream.train.loopback import LoopbackTorchConfig
+    from raystream.train.torch_backend import torch_config
 
     cfg = copy.deepcopy(cfg)
     name = run_name or cfg.trainer.run_name or default_run_name(cfg)
     cfg.trainer.run_name = name
     check(cfg)
-    init_line = check_backbone_init(cfg)  # a checkpoint that does not fit the model: before Ray starts
+    # A checkpoint that does not fit the model: before Ray starts (once per model in a sweep)
+    init_line = init_checked if init_checked is not None else check_backbone_init(cfg)
     check_local_cpus(cfg.trainer)  # a local run: before Ray starts
     total, skipped_videos = stream_plan(cfg)
     start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
@@ -185,7 +189,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         tcfg = cfg.trainer
         resources = {"CPU": float(tcfg.cpus_per_worker), **({"GPU": 1} if tcfg.use_gpu else {})}
         trainer = TorchTrainer(
-            train_loop_per_worker, torch_config=LoopbackTorchConfig(),  # one node: torch listens on 127.0.0.1
+            train_loop_per_worker, torch_config=torch_config(),  # one node: torch on 127.0.0.1 (a tested Ray)
             train_loop_config={
                 "cfg": OmegaConf.to_container(cfg, resolve=True),
                 "run": {"run_name": name, "total_steps": total, "tracking_uri": uri, "mlflow_run_id": run_id,

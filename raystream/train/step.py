@@ -3,10 +3,12 @@
 
     autocast = autocast_for(cfg.trainer, device)
     out, grad_norm = forward_backward(model, optimizer, params, batch.model_inputs(device), autocast, grad_clip)
-    ... (the caller reads loss and norm back and checks them finite) ...
+    ... (the caller keeps loss and norm, and checks them finite when it reads them back) ...
     metrics = optimizer_update(optimizer, cosines, report=True)
 
-Nothing here reads a value back to the host except what `optimizer_update` reports (grad_cos_prev, diagnostics).
+Nothing here reads a value back to the host: the loss, the norm and what `optimizer_update` reports
+(grad_cos_prev, diagnostics) are device tensors, which the loop reads back once per log window
+(raystream/train/window.py).
 No Ray, no distributed calls: DDP's all-reduce happens inside `backward` when the model is wrapped.
 """
 
@@ -44,14 +46,14 @@ def forward_backward(model: torch.nn.Module, optimizer: torch.optim.Optimizer, p
     return out, grad_norm
 
 
-def optimizer_update(optimizer: torch.optim.Optimizer, cosines: Any, report: bool) -> Dict[str, float]:
+def optimizer_update(optimizer: torch.optim.Optimizer, cosines: Any, report: bool) -> Dict[str, torch.Tensor]:
     """The optimizer step after a checked backward. `cosines`: what gives grad_cos_prev (the optimizer itself
     when it has diagnostics, a GradCosineTracker, or None). Returns grad_cos_prev from a tracker, and the
-    optimizer's own diagnostics when `report` (rank 0)."""
-    metrics: Dict[str, float] = {}
+    optimizer's own diagnostics when `report` (rank 0), as 0-dim device tensors."""
+    metrics: Dict[str, torch.Tensor] = {}
     own = cosines is optimizer
     if cosines is not None and not own:
-        metrics[names.GRAD_COS_PREV] = cosines.update()
+        metrics[names.GRAD_COS_PREV] = cosines.update_on_device()
     optimizer.step()
     if own and report:
         metrics.update(optimizer.diagnostics())

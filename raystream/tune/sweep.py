@@ -36,6 +36,7 @@ writes it first.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -45,7 +46,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -180,9 +181,10 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
     the_plan = plan(cfg, overrides)  # raises ConfigError before Ray starts
     uri = tracking_uri(cfg)  # absolute: trials run in other processes and directories
     prepare_store(uri)  # reachable and writable, and a new sqlite store fully created, before Ray starts
+    init_lines: List[Optional[str]] = [None] * len(the_plan.cells)
     if fit is None:
         fit = train_fit
-        check_cells(the_plan)
+        init_lines = check_cells(the_plan)
     storage = results.resolve(cfg.trainer.storage_path)  # local directory or s3:// / gs:// URI, checked
     for cell in the_plan.cells:
         cell.config["mlflow"]["tracking_uri"] = uri
@@ -222,8 +224,8 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
     received: Dict[str, str] = {}  # SIGTERM stops the sweep as Ctrl-C does, from here on
     try:
         try:
-            with faults.sigterm_as_sigint(received):
-                resumed, tuner = _tuner(cfg, the_plan, path, storage, run_name, parent, fit, verbose)
+            with faults.sigterm_as_sigint(received), _checkpoint_period(cfg.sweep.sync_period_s):
+                resumed, tuner = _tuner(cfg, the_plan, path, storage, run_name, parent, fit, verbose, init_lines)
                 grid = tuner.fit()
         except BaseException as exc:  # interrupted (KILLED), or Tune itself failed (FAILED, with its error)
             interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit)) or bool(received)
@@ -250,8 +252,24 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
                         signal=received.get("signal", "SIGINT"))
 
 
+@contextlib.contextmanager
+def _checkpoint_period(seconds: float) -> Iterator[None]:
+    """Tune saves its experiment state every TUNE_GLOBAL_CHECKPOINT_S (at least 10 s when "auto"), read when
+    `tuner.fit()` builds its controller: this sweep's `sweep.sync_period_s` sets it for that sweep alone (a second
+    sweep in the same process gets its own), unless the user set Tune's variable, which then wins."""
+    name = "TUNE_GLOBAL_CHECKPOINT_S"
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = str(float(seconds))
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+
+
 def _tuner(cfg: DictConfig, the_plan: SweepPlan, path: "results.Storage", storage: "results.Storage", run_name: str,
-           parent: str, fit: Callable, verbose: int):
+           parent: str, fit: Callable, verbose: int, init_lines: List[Optional[str]]):
     """(resumed, the Tuner): `Tuner.restore` of the experiment at `path` when there is one, else a new Tuner."""
     from ray import tune
 
@@ -261,13 +279,11 @@ def _tuner(cfg: DictConfig, the_plan: SweepPlan, path: "results.Storage", storag
         trial_main,
         cells=[c.config for c in the_plan.cells],
         info={"name": the_plan.name, "run_name": run_name, "parent_run_id": parent,
-              "sample_keys": list(the_plan.sample), "cell_values": [c.values for c in the_plan.cells], "fit": fit},
+              "sample_keys": list(the_plan.sample), "cell_values": [c.values for c in the_plan.cells], "fit": fit,
+              "init_lines": init_lines},
     )
     # The driver waits on its Train run: no CPU, a little memory (Ray needs a non-empty request).
     trainable = tune.with_resources(trainable, {"CPU": 0, "memory": DRIVER_MEMORY})
-    # Tune saves its experiment state every TUNE_GLOBAL_CHECKPOINT_S (at least 10 s when "auto") and syncs it every
-    # sync_period: both follow sweep.sync_period_s, unless the user set Tune's own variable.
-    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", str(float(cfg.sweep.sync_period_s)))
     resumed = tune.Tuner.can_restore(path.uri)
     progress = [console.SweepConsole([c.values for c in the_plan.cells], list(the_plan.sample))] if not verbose else []
     if resumed:
@@ -306,8 +322,13 @@ def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[s
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     try:
         wait_for_store(tracking_uri(cfg), f"trial {trial_id} ({tags[names.RUN_NAME_TAG]})")
+        # The cell's start checkpoint was read and checked before Ray started (check_cells): a multi-GB file is
+        # not read again by every trial, unless the trial's sampled values change the model.
+        checked = info["init_lines"][cell]
+        reshapes = any(k.split(".")[0] in ("scenario", "stream") for k in sampled)
+        extra = {"init_checked": checked} if checked is not None and not reshapes else {}
         final = info["fit"](cfg, run_name=run_name, callbacks=callbacks, mlflow_parent_run_id=info["parent_run_id"],
-                            mlflow_tags=tags)
+                            mlflow_tags=tags, **extra)
     except TrackingUnavailable as exc:  # trained to the end: its run stays RUNNING until the sweep's upload
         final = {**exc.final, UNSENT_RESULT_KEY: exc.path}
     except Exception as exc:
@@ -361,23 +382,25 @@ def record_failed_trial(uri: str, parent_run_id: str, run_name: str, tags: Dict[
               file=sys.stderr)
 
 
-def check_cells(the_plan: SweepPlan) -> None:
+def check_cells(the_plan: SweepPlan) -> List[Optional[str]]:
     """Before Ray starts, what each trial's `fit` would find only after Ray started: the evaluation data of own
     videos, and that the videos fill a global batch (each distinct data x stream x workers opened once; the demo
-    videos are generated here). Raises ConfigError naming the cell."""
+    videos are generated here), and that each distinct model's start checkpoint fits it. Returns each cell's
+    start-checkpoint line (None for random weights), which its trials log without reading the file again. Raises
+    ConfigError naming the cell."""
     from raystream.data import DataError
     from raystream.train.preflight import check_backbone_init, check_evaluation_data, total_steps
 
     seen = set()
+    init_lines: Dict[str, Optional[str]] = {}
     for cell in the_plan.cells:
         c = cell.config
         key = json.dumps([c["data"], c["stream"], c["trainer"]["num_workers"], c["trainer"]["max_steps"],
                           c["scenario"]["name"], c["eval"]["dataset"]], sort_keys=True, default=str)
-        init_key = json.dumps([c["scenario"], c["stream"]], sort_keys=True, default=str)
-        if init_key not in seen:  # each distinct model once: a checkpoint that does not fit it fails here
-            seen.add(init_key)
+        init_key = _model_key(c)
+        if init_key not in init_lines:  # each distinct model once: a checkpoint that does not fit it fails here
             try:
-                check_backbone_init(structured(c))
+                init_lines[init_key] = check_backbone_init(structured(c))
             except ConfigError as exc:
                 raise ConfigError(f"sweep `{the_plan.name}`: cell {cell.label}: {exc}") from None
         if key in seen:
@@ -389,6 +412,12 @@ def check_cells(the_plan: SweepPlan) -> None:
             total_steps(cfg)
         except (ConfigError, DataError) as exc:
             raise ConfigError(f"sweep `{the_plan.name}`: cell {cell.label}: {exc}") from None
+    return [init_lines[_model_key(c.config)] for c in the_plan.cells]
+
+
+def _model_key(config: Dict[str, Any]) -> str:
+    """What decides the model a cell builds, and so whether its start checkpoint fits it."""
+    return json.dumps([config["scenario"], config["stream"]], sort_keys=True, default=str)
 
 
 def quiet_optuna() -> None:

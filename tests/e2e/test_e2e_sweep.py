@@ -188,6 +188,8 @@ def test_failed_trials_are_failed_child_runs_with_grid_values_and_reason(sweep):
         assert run.data.tags["raystream.grid.scenario"] == "broken"
         assert run.data.tags["raystream.grid.optimizer.name"] in ("adamw", "orthogonal_adamw")
         assert "is nan at step 0" in run.data.tags["raystream.error"], run.data.tags["raystream.error"]
+        # its start checkpoint, checked once before Ray started, is named on the trial's run all the same
+        assert str(sweep["tmp"] / "bad.pt") in run.data.tags["raystream.init"], run.data.tags
 
 
 def test_an_interrupt_leaves_no_trial_running_and_the_pause_is_not_counted(sweep):

@@ -10,7 +10,7 @@ from raystream.eval.config import EvalConfig
 
 def EvalCfg(**kw):
     return EvalConfig(**{"metrics": ["knn", "linear", "attentive"], "probe_epochs": 50, "batch_size": 16,
-                         "attentive_epochs": 10, **kw})
+                         "attentive_epochs": 30, **kw})
 
 
 def _probe(n=120, classes=3, noise=0.3):
@@ -66,6 +66,7 @@ def test_probe_settings_reach_the_probes(settings, call):
 
 
 def _features(metric, probe):
-    """What probe_metrics hands the probe: pooled features (linear) or tokens (attentive), train then test."""
-    pick = (lambda t: t.mean(1)) if metric == "linear" else (lambda t: t)
+    """What probe_metrics hands the probe: pooled features (linear) or tokens cached in float16 (attentive), train
+    then test."""
+    pick = (lambda t: t.mean(1)) if metric == "linear" else (lambda t: t.half())
     return (pick(probe.train_x.flatten(2)), probe.train_y, pick(probe.test_x.flatten(2)), probe.test_y)

@@ -1,8 +1,11 @@
 """OrthogonalAdamW(compile=True) (raystream/optim/compiled.py): the same steps as Algorithm 2's reference and as the
 stock-op path, no recompilation when the schedules move lr and weight decay, no host sync, checkpoints that either
-path resumes, and clear errors where it cannot run."""
+path resumes, clear errors where it cannot run, and a recompile or a fallback to eager said once. The tests of this
+module compile many graphs of the step in one process: the product's own recompile limit (RECOMPILE_LIMIT) has to
+hold them all."""
 
 import copy
+import os
 import subprocess
 import sys
 import textwrap
@@ -17,14 +20,6 @@ from raystream.optim import OrthogonalAdamW
 
 SHAPES = [(6, 4), (4,), (3, 2, 2), (5, 3)]
 SYNCS = ("aten::item", "aten::_local_scalar_dense")
-
-
-@pytest.fixture(autouse=True)
-def _room_for_every_graph():
-    """Each test compiles its own shapes and constants: past dynamo's recompile limit a call would silently run
-    eagerly and the test would not exercise the compiled code."""
-    with torch._dynamo.config.patch(recompile_limit=64):
-        yield
 
 
 def _params(shapes=SHAPES, seed=0, dtype=torch.float64):
@@ -56,6 +51,7 @@ def test_compiled_step_matches_algorithm_2(projection, orth_init):
         ref.step(grads)
     for a, b in zip(params, ref.params):
         torch.testing.assert_close(a.detach(), b, rtol=1e-9, atol=1e-11)
+    assert opt.compile_trace.summary() == "ran compiled (5 steps)"  # the first step builds the state
 
 
 def test_schedules_and_maximize_match_the_stock_path_without_recompiling():
@@ -76,7 +72,7 @@ def test_schedules_and_maximize_match_the_stock_path_without_recompiling():
             _step(opt, params, grads)
             diags.append({k: float(v) for k, v in opt.diagnostics().items()})
         runs.append((params, diags))
-    assert counters["stats"]["unique_graphs"] == graphs
+    assert counters["stats"]["unique_graphs"] == graphs and opt.compile_trace.eager == 0
     (p1, d1), (p2, d2) = runs
     for a, b in zip(p1, p2):
         torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-9, atol=1e-11)
@@ -119,6 +115,7 @@ def _profile(n):
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             opt.step()
     assert any(e.name.startswith("Torch-Compiled Region") for e in prof.events())  # the compiled step ran
+    assert opt.compile_trace.eager == 0
     names = [e.name for e in prof.events() if e.name.startswith("aten::")
              and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
     return len(names), [n for n in names if n in SYNCS]
@@ -168,3 +165,37 @@ def test_a_missing_compiler_says_how_to_run_without_one(tmp_path):
     assert out.returncode == 1
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("RuntimeError: OrthogonalAdamW(compile=True)") and "optimizer.compile=false" in last
+
+
+@pytest.mark.slow  # two compilations in a fresh process: about 90 s on 2 shared cores
+def test_a_recompile_and_a_fallback_to_eager_are_said_once(tmp_path):
+    """A changed beta compiles the step again: said once, with dynamo's reason. Past the recompile limit (2 here, in
+    a process of its own) the step runs eagerly, said once, and still moves the parameters as the stock step."""
+    code = textwrap.dedent("""
+        import torch
+        import raystream.optim.compiled as compiled
+        from raystream.optim import OrthogonalAdamW
+        compiled.RECOMPILE_LIMIT = 2
+        runs = []
+        for compile in (True, False):
+            gen = torch.Generator().manual_seed(0)
+            p = torch.nn.Parameter(torch.randn(4, 3, generator=gen))
+            opt = OrthogonalAdamW([p], lr=0.05, compile=compile)
+            for beta1 in (0.9, 0.9, 0.8, 0.8, 0.7, 0.7, 0.6):  # 1 state, 2 graphs, then eager
+                opt.param_groups[0]["betas"] = (beta1, 0.999)
+                p.grad = torch.randn(4, 3, generator=gen)
+                opt.step()
+            runs.append(p.detach().clone())
+            if compile:
+                print("TRACE", opt.compile_trace.summary())
+        torch.testing.assert_close(runs[0], runs[1], rtol=1e-5, atol=1e-6)
+    """)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    said = [line for line in out.stderr.splitlines() if line.startswith("raystream: WARNING: OrthogonalAdamW")]
+    assert len(said) == 2, out.stderr[-3000:]
+    print("\n".join(said))
+    assert "compiled its step again (" in said[0] and "not recorded" not in said[0], said[0]  # with dynamo's reason
+    assert "runs its step eagerly" in said[1] and "recompile limit (2" in said[1], said[1]
+    assert "TRACE ran eagerly in 3 of 6 steps: torch.compile hit its recompile limit (2" in out.stdout, out.stdout

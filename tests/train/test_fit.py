@@ -72,7 +72,8 @@ def single(ray_cluster, tiny):
 
 @pytest.fixture(scope="module")
 def ddp(ray_cluster, tiny):
-    cfg = tiny("trainer.num_workers=2", "eval.metrics=[knn]", "eval.every=3", "eval.max_probe_samples=40")
+    cfg = tiny("trainer.num_workers=2", "eval.metrics=[knn]", "eval.every=3", "eval.max_probe_samples=40",
+               "mlflow.system_metrics_interval_s=0.5")
     return fit(cfg, run_name="ddp", mlflow_tags={"purpose": "test"})
 
 
@@ -133,6 +134,23 @@ def test_mlflow_run_holds_params_metrics_and_artifacts(ddp, workdir):
         "checkpoint/model.pt", "checkpoint/meta.json"}
     config_yaml = Path(client.download_artifacts(run.info.run_id, "config.yaml", str(workdir["dir"]))).read_text()
     assert "run_name: ddp" in config_yaml and "batch_size: 4" in config_yaml
+
+
+def test_the_node_logs_its_cpu_memory_and_network_once_per_sample(ddp, workdir):
+    """MLflow system metrics (raystream/train/node_metrics.py), on in the ddp run: one process per node samples."""
+    client = make_client(workdir["mlflow"])
+    run_id = ddp["mlflow_run_id"]
+    keys = {k for k in client.get_run(run_id).data.metrics if k.startswith("system/")}
+    for key in ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes",
+                "system/system_memory_usage_percentage", "system/network_receive_megabytes",
+                "system/network_transmit_megabytes"):
+        assert key in keys, f"{key} not logged; system metrics: {sorted(keys)}"
+    assert not any(k.startswith("system/node_") for k in keys), sorted(keys)  # one node: MLflow's plain names
+    steps = sorted(m.step for m in client.get_metric_history(run_id, "system/cpu_utilization_percentage"))
+    # Two monitors (one per worker) would each log steps 0, 1, ...: one per node logs each step once.
+    assert len(steps) >= 2 and steps == list(range(len(steps))), steps
+    memory = client.get_metric_history(run_id, "system/system_memory_usage_megabytes")
+    assert all(m.value > 0 for m in memory), [m.value for m in memory]
 
 
 def _local(run_dir: Path):

@@ -181,3 +181,20 @@ def test_rays_internal_noise_is_dropped_and_raystreams_lines_kept():
         "",
         "Training finished."]}
     assert without_ray_noise(controller)["lines"] == ["", "Training finished."]
+
+
+def test_sync_period_sets_tunes_checkpoint_period_for_one_sweep_only(monkeypatch):
+    """sweep.sync_period_s reaches Tune's TUNE_GLOBAL_CHECKPOINT_S while the sweep runs and is gone after it, so a
+    second sweep in the same process gets its own period; a value the user set is left as it is."""
+    from raystream.tune.sweep import _checkpoint_period
+
+    monkeypatch.delenv("TUNE_GLOBAL_CHECKPOINT_S", raising=False)
+    with _checkpoint_period(1):
+        assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "1.0"
+    assert "TUNE_GLOBAL_CHECKPOINT_S" not in os.environ
+    with _checkpoint_period(30):
+        assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "30.0"
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "7")
+    with _checkpoint_period(1):
+        assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "7"
+    assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "7"

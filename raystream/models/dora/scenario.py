@@ -7,8 +7,9 @@ The train loop needs nothing DoRA-specific:
 - `after_step(step)` moves the teacher: EMA with momentum cosine(0.996 -> 1) over `scenario.dora.momentum_steps`
   steps, or over the run's total steps when the loop announces them with `set_total_steps(total)`; when neither is
   known the momentum stays at its base value (logged once);
-- `needs = {'probe'}`: `evaluate` gives `eval/knn_top1`, `eval/linear_top1` (and `eval/attn_top1` when asked) on
-  the TEACHER backbone's features (`DoRA.encode`).
+- `needs = {'probe'}`: `evaluate` gives the probe metrics of `eval.protocol` (default: `eval/knn_top1`,
+  `eval/linear_top1`; dino: kNN at k 10/20/100/200 and DINO's linear probe) on the TEACHER backbone's [CLS]
+  (`DoRA.encode`).
 """
 
 from __future__ import annotations

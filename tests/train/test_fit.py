@@ -72,9 +72,17 @@ def single(ray_cluster, tiny):
 
 @pytest.fixture(scope="module")
 def ddp(ray_cluster, tiny):
+    # system metrics every 0.5 s, and steps of at least 0.5 s (RAYSTREAM_STEP_DELAY_S), so that the node's monitor
+    # samples several times however fast the machine is (a CI run once saw a single sample)
     cfg = tiny("trainer.num_workers=2", "eval.metrics=[knn]", "eval.every=3", "eval.max_probe_samples=40",
                "mlflow.system_metrics_interval_s=0.5")
-    return fit(cfg, run_name="ddp", mlflow_tags={"purpose": "test"})
+    saved = os.environ.get("RAYSTREAM_STEP_DELAY_S")
+    os.environ["RAYSTREAM_STEP_DELAY_S"] = "0.5"
+    try:
+        return fit(cfg, run_name="ddp", mlflow_tags={"purpose": "test"})
+    finally:
+        os.environ.pop("RAYSTREAM_STEP_DELAY_S") if saved is None else os.environ.__setitem__("RAYSTREAM_STEP_DELAY_S",
+                                                                                                saved)
 
 
 def test_one_worker_with_a_restart_matches_two_uninterrupted_workers(single, ddp, tiny, workdir):

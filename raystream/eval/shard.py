@@ -60,10 +60,14 @@ class Shard:
             return
         import torch.distributed as dist
 
+        params = list(params)
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            dist.all_reduce(p.grad)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])  # one collective per step
+        dist.all_reduce(flat)
+        for p, g in zip(params, flat.split([p.numel() for p in params])):
+            p.grad.copy_(g.view_as(p.grad))
 
     def total(self, value: float) -> float:
         """`value` summed over the ranks."""

@@ -107,7 +107,7 @@ def eval_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     scenario.model.to(device)
     cache = StoredFeatures(job["features"], rank)
     start = time.perf_counter()
-    evaluator = Evaluator(cfg, scenario, Shard.current(), cache)
+    evaluator = Evaluator(cfg, scenario, Shard.current(), cache, hooks=job["hooks"])
     try:
         metrics = evaluator(scenario.model)
     finally:
@@ -122,6 +122,7 @@ def run(cfg: DictConfig, target: EvalTarget) -> Dict[str, Any]:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
+    from raystream.train import faults
     from raystream.train import storage as results
     from raystream.train.preflight import check_local_cpus, check_resources
     from raystream.train.capacity import cluster_capacity
@@ -137,7 +138,8 @@ def run(cfg: DictConfig, target: EvalTarget) -> Dict[str, Any]:
     trainer = TorchTrainer(
         eval_loop_per_worker, torch_config=collective_config(cfg),
         train_loop_config={"cfg": OmegaConf.to_container(cfg, resolve=True),
-                           "job": {"checkpoint": target.checkpoint, "features": features_uri(target, cfg)}},
+                           "job": {"checkpoint": target.checkpoint, "features": features_uri(target, cfg),
+                                   "hooks": faults.from_env(None, target.run_name)}},
         scaling_config=ScalingConfig(num_workers=int(tcfg.num_workers), use_gpu=bool(tcfg.use_gpu),
                                      resources_per_worker=resources),
         run_config=RunConfig(name=f"eval-{target.run_name}-{target.name}-{protocol}-{time.strftime('%Y%m%d-%H%M%S')}",

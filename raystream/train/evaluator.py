@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import sys
+import time
 from typing import Any, Dict, Optional
 
 import torch
@@ -24,10 +25,13 @@ from raystream.tracking import names
 
 class Evaluator:
     """One rank's evaluations: the probe set and held-out stream are loaded once, on first use. `cache`: where the
-    probes' features are kept (None: extracted at each call, as in training, where the weights change)."""
+    probes' features are kept (None: extracted at each call, as in training, where the weights change); `hooks`:
+    the test hooks of raystream/train/faults.py (`eval_delay_s`: a long probe)."""
 
-    def __init__(self, cfg, scenario, shard: Shard = Shard(), cache: Optional["StoredFeatures"] = None):
+    def __init__(self, cfg, scenario, shard: Shard = Shard(), cache: Optional["StoredFeatures"] = None,
+                 hooks: Optional[Dict[str, Any]] = None):
         self.cfg, self.scenario, self.shard, self.cache = cfg, scenario, shard, cache
+        self.delay_s = float((hooks or {}).get("eval_delay_s", 0.0))
         self._probe = None
         self._heldout = None
 
@@ -48,6 +52,7 @@ class Evaluator:
             heldout = self._heldout.batches(0)
         if probe is None and heldout is None:
             return {}
+        time.sleep(self.delay_s)
         # Evaluation must not move the training RNG streams (runs with and without evaluation stay identical).
         with rng_kept():
             out = self.scenario.evaluate(model, self.cfg.eval, probe=probe, heldout=heldout, shard=self.shard,

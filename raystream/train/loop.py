@@ -259,7 +259,7 @@ class Records:
             if self.active else None
         self.progress = Progress(w.run["run_name"], w.total, batch_size, w.cfg.trainer.log_every) \
             if self.active else None
-        self.evaluator = Evaluator(w.cfg, w.scenario, Shard(w.rank, w.world))
+        self.evaluator = Evaluator(w.cfg, w.scenario, Shard(w.rank, w.world), hooks=w.run.get("hooks"))
         self._t_prev = time.perf_counter()
         if self.active:
             where = f"resuming at step {start}" if start > 0 else "starting"

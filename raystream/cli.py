@@ -154,12 +154,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         prepare_store(tracking_uri(cfg))  # reachable, writable and created before Ray starts
         check_evaluation_data(cfg)  # fit() checks the rest before Ray starts (the backbone's checkpoint included)
         return train_main(cfg, overrides=args.overrides)
-    if args.command == "eval":  # the target, probe set and model are checked before Ray starts
-        from raystream.tracking.store import prepare_store, tracking_uri
+    if args.command == "eval":  # the target, probe set, model and tracking store are checked before Ray starts
         from raystream.train.eval_job import main as eval_main
 
-        prepare_store(tracking_uri(cfg))
-        return eval_main(cfg, args.target, overrides=args.overrides)
+        return eval_main(cfg, args.target)
     if args.command == "sweep":  # run_sweep checks the tracking store and every cell before Ray starts
         from raystream.tune.sweep import main as sweep_main
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -187,15 +187,18 @@ def record(cfg, target: EvalTarget, metrics: Dict[str, float]) -> str:
     return run_id
 
 
-def main(cfg: DictConfig, target_text: str, overrides: Optional[Sequence[str]] = None) -> int:
-    """`raystream eval`: exit 0, 1 (the job failed) or 2 (bad target, config or probe set: nothing ran)."""
+def main(cfg: DictConfig, target_text: str) -> int:
+    """`raystream eval`: exit 0, 1 (the job failed) or 2 (bad target, config, probe set or tracking store: nothing
+    ran; the store is created only once the rest is checked)."""
     from raystream.data import DataError
+    from raystream.tracking.store import prepare_store, tracking_uri
 
     try:
         target = prepare(cfg, target_text)
     except (ConfigError, DataError) as exc:
         print(f"raystream eval: {exc}", file=sys.stderr)
         return 2
+    prepare_store(tracking_uri(cfg))  # TrackingStoreError: exit 2 (raystream/cli.py)
     print(f"raystream eval: {target.checkpoint} (step {target.step}), eval.protocol={cfg.eval.protocol}, "
           f"{cfg.trainer.num_workers} worker(s)", flush=True)
     try:

@@ -1,9 +1,11 @@
 """`raystream bench`: the phases in order, each drawing on one time budget, then the table and the JSON object.
 
-    1. build the worker's model and optimizer (raystream/bench/trainee.py)
+    1. build the worker's model and optimizer (raystream/bench/trainee.py); the stream correlation a run measures
+       before step 0 (1 pair per order: its memory does not grow with more), its peak memory (memory.py)
     2. checks (checks.py): DeviceStream vs the host path, a bf16 step, compiled vs stock step; a failure stops here
     3. `steps` steps from batches held in device memory
-    4. `steps` steps from the live stream with the configured data.decode_workers; peak memory over them
+    4. `steps` steps from the live stream with the configured data.decode_workers, then one checkpoint save (as
+       rank 0 writes it, into a temporary directory); the training peak memory over both
     5. the optimizer step alone: configured, stock / compiled, AdamW foreach and fused
     6. the decode-worker sweep (1, 2, 4, ... up to the cores) while the budget lasts
 
@@ -23,8 +25,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import torch
 from omegaconf import OmegaConf
 
-from raystream.bench import checks, report, throughput
-from raystream.bench.memory import GIB, PeakMemory
+from raystream.bench import checks, memory, report, throughput
 from raystream.bench.optimizer_timing import compile_applies, label, time_optimizers
 from raystream.bench.trainee import Budget, CheckFailed, Trainee, device_name, resolve_device
 
@@ -68,9 +69,11 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
 
     budget = Budget(time_budget)
     dev = resolve_device(device)
+    meter = memory.PeakMemory(dev, memory.rss())
     trainee = Trainee.build(cfg, dev, total_steps=10 ** 6)
     result = _setting(cfg, trainee, dev, overrides)
     result.update(steps=steps, warmup=WARMUP, time_budget_s=float(time_budget))
+    result.update(correlation_phase(trainee, meter))
     allowed, why_not = compile_decision(compile, cfg.optimizer, dev, budget)
     try:
         result["checks"] = checks.run_checks(trainee, (allowed, why_not))
@@ -78,17 +81,14 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
         exc.result = {**result, "check_failed": {"name": exc.name, "detail": str(exc)}}
         raise
 
-    memory = throughput.from_memory(trainee, WARMUP, steps, budget)
+    held = throughput.from_memory(trainee, WARMUP, steps, budget)
     configured = int(cfg.data.decode_workers or default_decode_workers())
-    peak = PeakMemory(dev)
-    peak.start()
-    live = throughput.live(trainee, WARMUP, steps, budget)
-    peak_bytes = peak.stop()
-    result.update(from_memory_steps_per_s=memory.steps_per_s, from_memory_clips_per_s=memory.clips_per_s,
+    peak, (live, checkpoint_bytes) = training_phase(trainee, meter, steps, budget)
+    result.update(from_memory_steps_per_s=held.steps_per_s, from_memory_clips_per_s=held.clips_per_s,
                   live_steps_per_s=live.steps_per_s, live_clips_per_s=live.clips_per_s,
-                  live_over_memory=live.steps_per_s / memory.steps_per_s, live_decode_workers=configured,
-                  from_memory_timed_steps=memory.steps, live_timed_steps=live.steps,
-                  peak_memory_bytes=peak_bytes, peak_memory_gb=peak_bytes / GIB, peak_memory_how=peak.how)
+                  live_over_memory=live.steps_per_s / held.steps_per_s, live_decode_workers=configured,
+                  from_memory_timed_steps=held.steps, live_timed_steps=live.steps, checkpoint_bytes=checkpoint_bytes,
+                  peak_memory_how=meter.how, **peak.figures(""))
     gc.collect()
 
     ms, skipped, ran = time_optimizers(trainee.groups, cfg.optimizer, WARMUP, steps, budget, with_compiled=allowed)
@@ -97,15 +97,35 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
     result.update(optimizer_step_ms=ms, optimizer_configured=label(cfg.optimizer), optimizer_step_skipped=skipped,
                   optimizer_compiled=ran)
 
-    sweep = throughput.sweep_decode_workers(trainee, memory, throughput.worker_counts(available_cores()), WARMUP, steps,
+    sweep = throughput.sweep_decode_workers(trainee, held, throughput.worker_counts(available_cores()), WARMUP, steps,
                                             budget, {configured: live})
     result.update(decode_workers=sweep.needed, decode_bound=sweep.decode_bound,
                   decode_workers_sweep={str(w): {"steps_per_s": r.steps_per_s,
-                                                 "over_memory": r.steps_per_s / memory.steps_per_s}
+                                                 "over_memory": r.steps_per_s / held.steps_per_s}
                                         for w, r in sweep.rates.items()},
-                  decode_workers_not_measured=sweep.not_measured, decode_verdict=sweep.verdict(memory),
+                  decode_workers_not_measured=sweep.not_measured, decode_verdict=sweep.verdict(held),
                   elapsed_s=budget.elapsed())
     return result
+
+
+def correlation_phase(trainee: Trainee, meter: memory.PeakMemory) -> Dict[str, Any]:
+    """The correlation's peak memory (`correlation_peak_memory_*`), or why it was not measured
+    (`correlation_not_measured`: a stream without two consecutive per-worker batches)."""
+    try:
+        peak, _ = memory.measured(meter, lambda: memory.correlation(trainee))
+    except ValueError as exc:
+        return {"correlation_not_measured": str(exc)}
+    gc.collect()
+    return peak.figures("correlation_")
+
+
+def training_phase(trainee: Trainee, meter: memory.PeakMemory, steps: int, budget: Budget, warmup: int = WARMUP):
+    """(the peaks of live steps and one checkpoint save, (their Rate, the checkpoint's bytes on disk))."""
+    def phase():
+        live = throughput.live(trainee, warmup, steps, budget)
+        return live, memory.save_checkpoint(trainee)
+
+    return memory.measured(meter, phase)
 
 
 def main(cfg, *, device: Optional[str] = None, steps: int = 20, json_path: Optional[str] = None,

@@ -8,8 +8,12 @@ live_timed_steps (fewer than `steps` when the time budget ran out); decode_worke
 count reaching 0.9x of from-memory, null when none did), decode_bound, decode_workers_sweep
 {count: {steps_per_s, over_memory}}, decode_workers_not_measured, decode_verdict; optimizer_step_ms {label: ms},
 optimizer_configured, optimizer_step_skipped {label: why}, optimizer_compiled {label: whether the compiled
-optimizer's steps ran compiled, e.g. "ran compiled (23 steps)" or "ran eagerly in 3 of 23 steps: <reason>"}; peak_memory_gb (GiB), peak_memory_bytes,
-peak_memory_how; checks {name: "passed: ..." | "skipped: ..."}; time_budget_s, elapsed_s. A run stopped by a
+optimizer's steps ran compiled, e.g. "ran compiled (23 steps)" or "ran eagerly in 3 of 23 steps: <reason>"}; memory
+(raystream/bench/memory.py): peak_memory_gb (GiB) and peak_memory_bytes of the training phase (live steps and one
+checkpoint save, on the device), host_peak_memory_gb/_bytes (the host's; on CPU the same),
+correlation_peak_memory_gb/_bytes and correlation_host_peak_memory_gb/_bytes of the stream correlation before step 0
+(or correlation_not_measured: why), checkpoint_bytes (on disk), peak_memory_how; checks {name: "passed: ..." |
+"skipped: ..."}; time_budget_s, elapsed_s. A run stopped by a
 failed check writes device, checks and check_failed {name, detail} instead of the figures.
 """
 
@@ -48,10 +52,23 @@ def table(r: Dict[str, Any]) -> str:
         lines.append(f"{name:<32} not timed: {why}")
     for name, how in r["optimizer_compiled"].items():
         lines.append(f"{name:<32} {how}")
-    lines += ["", f"peak memory: {r['peak_memory_gb']:.2f} GiB ({r['peak_memory_how']}, live steps)",
+    lines += ["", *memory_lines(r),
               "checks: " + "; ".join(f"{k} {v}" for k, v in r["checks"].items()),
               f"{r['elapsed_s']:.0f} s of a {r['time_budget_s']:.0f} s budget"]
     return "\n".join(lines)
+
+
+def memory_lines(r: Dict[str, Any]) -> List[str]:
+    """The peaks of the training phase and of the correlation, device and (on CUDA) host."""
+    def peak(prefix: str) -> str:
+        host = f", host {r[prefix + 'host_peak_memory_gb']:.2f} GiB" if r["device"] == "cuda" else ""
+        return f"{r[prefix + 'peak_memory_gb']:.2f} GiB{host}"
+
+    correlation = (peak("correlation_") if "correlation_peak_memory_gb" in r
+                   else f"not measured ({r['correlation_not_measured']})")
+    return [f"peak memory, live steps + one checkpoint save ({r['checkpoint_bytes'] / 2 ** 30:.2f} GiB on disk): "
+            f"{peak('')}", f"peak memory, stream correlation before step 0: {correlation}",
+            f"  ({r['peak_memory_how']})"]
 
 
 def check_writable(path: str) -> None:

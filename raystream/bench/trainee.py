@@ -4,7 +4,8 @@ and the time budget every phase draws from.
 
 One step is the worker's step: the lr and weight-decay schedules, `forward_backward` (raystream/train/step.py),
 loss and gradient norm read back in one host transfer and checked finite, `optimizer_update`, the scenario's
-`after_step`. Not measured: DDP's gradient all-reduce across GPUs, evaluation, checkpoints, MLflow.
+`after_step`. Not measured: DDP's gradient all-reduce across GPUs, evaluation, MLflow (a checkpoint save is
+measured for its memory: memory.py).
 """
 
 from __future__ import annotations

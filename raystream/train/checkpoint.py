@@ -6,7 +6,9 @@
     meta.json         next_step, total_steps, the stream's state_dict, the MLflow run id, world size, finished, and
                       the byte size of the two other files (written last: a checkpoint is complete when they match)
 
-Everything is tensors and plain containers, so it loads with `torch.load(weights_only=True)`.
+Everything is tensors and plain containers, so it loads with `torch.load(weights_only=True)`. `snapshot` takes the
+content (copied to host memory, so training can go on) and `write` puts it straight into a directory on any pyarrow
+filesystem (local, s3://), meta.json last; raystream/train/persist.py hands that to Ray Train's upload thread.
 
 Which checkpoint a re-run resumes from is read from the storage itself (`latest`): Ray Train's own record of the
 latest checkpoint lags behind what the workers have written (the controller takes one report per poll), so after
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Dict, Optional, Sequence, Tuple
 
@@ -62,14 +65,68 @@ def set_rng_state(state: Dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+@dataclass
+class Snapshot:
+    """A checkpoint's content, ready to write: the two state files' objects and meta.json (sizes added on write)."""
+
+    model_state: Dict[str, torch.Tensor]
+    train_state: Dict[str, Any]  # the RNG states included
+    meta: Dict[str, Any]
+
+
+def host_copy(obj: Any) -> Any:
+    """`obj` with every tensor copied to host memory (a CPU tensor cloned, since training goes on updating it in
+    place), containers rebuilt: a snapshot a background thread can write while the next steps run."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: host_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        items = [host_copy(v) for v in obj]
+        return items if isinstance(obj, list) else tuple(items)
+    return obj
+
+
+def snapshot(*, model_state: Dict[str, torch.Tensor], train_state: Dict[str, Any], meta: Dict[str, Any],
+             copy: bool = True) -> Snapshot:
+    """The checkpoint of the state now (RNG states taken here). `copy`: tensors copied to host memory (`host_copy`),
+    for a write that runs while training goes on; without it the snapshot shares the live tensors."""
+    train_state = {**train_state, "rng": rng_state()}
+    if copy:
+        model_state, train_state = host_copy(model_state), host_copy(train_state)
+    return Snapshot(model_state, train_state, json.loads(json.dumps(meta)))
+
+
+def write(fs, path: str, snap: Snapshot) -> None:
+    """Write `snap` into checkpoint directory `path` on pyarrow filesystem `fs` (local or object store: straight
+    there, no temporary copy). meta.json goes last, with the other files' sizes: until it is written the directory
+    reads as torn (`restorable`), an older meta.json there (a checkpoint written again) removed first."""
+    import pyarrow.fs as pafs
+
+    fs.create_dir(path, recursive=True)
+    meta_path = f"{path}/{META_FILE}"
+    if fs.get_file_info(meta_path).type == pafs.FileType.File:
+        fs.delete_file(meta_path)
+    sizes = {}
+    for name, obj in ((MODEL_FILE, snap.model_state), (STATE_FILE, snap.train_state)):
+        if isinstance(fs, pafs.LocalFileSystem):
+            torch.save(obj, f"{path}/{name}")  # torch's own file writer: the fastest path to a local disk
+        else:
+            with fs.open_output_stream(f"{path}/{name}") as f:
+                torch.save(obj, f)
+        sizes[name] = fs.get_file_info(f"{path}/{name}").size
+    with fs.open_output_stream(meta_path) as f:
+        f.write(json.dumps({**snap.meta, "file_sizes": sizes}, indent=1, sort_keys=True).encode())
+
+
 def save(directory: Path, *, model_state: Dict[str, torch.Tensor], train_state: Dict[str, Any],
          meta: Dict[str, Any]) -> Path:
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    torch.save(model_state, directory / MODEL_FILE)
-    torch.save({**train_state, "rng": rng_state()}, directory / STATE_FILE)
-    sizes = {name: (directory / name).stat().st_size for name in (MODEL_FILE, STATE_FILE)}
-    (directory / META_FILE).write_text(json.dumps({**meta, "file_sizes": sizes}, indent=1, sort_keys=True))
+    """Write a checkpoint of the live state into local `directory` now (no copy to host memory first)."""
+    import pyarrow.fs as pafs
+
+    directory = Path(directory).resolve()
+    write(pafs.LocalFileSystem(), str(directory),
+          snapshot(model_state=model_state, train_state=train_state, meta=meta, copy=False))
     return directory
 
 
@@ -131,6 +188,15 @@ def checkpoint_dirs(fs, run_dir: str) -> Dict[str, int]:
         if info.type == pafs.FileType.Directory and name.startswith(PREFIX) and name[len(PREFIX):].isdigit():
             out[info.path] = int(name[len(PREFIX):])
     return out
+
+
+def newest_complete(fs, run_dir: str) -> Optional[str]:
+    """Path of the complete checkpoint with the highest step in `run_dir`; None when it holds none (torn ones are
+    passed over without a word: `latest` names them)."""
+    for path, _ in sorted(checkpoint_dirs(fs, run_dir).items(), key=lambda item: -item[1]):
+        if _complete_meta(fs, path) is not None:
+            return path
+    return None
 
 
 def latest(fs, run_dir: str) -> Optional[Tuple[str, Dict[str, Any]]]:

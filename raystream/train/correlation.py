@@ -18,23 +18,31 @@ ranks' gradients are summed (all-reduce), so the figure is the single-process on
 same code at world size 1: its memory is one micro-batch's, whatever the global batch.
 
 Buffers (DoRA's centre) are restored after every micro-batch and no optimizer step is taken, so every gradient is
-taken at the same point. Memory: rank 0 holds the 4 x N measured gradients in host memory (fp32: 16 x 4 bytes per
-parameter at N = 4, e.g. 19 GB for ViT-L); the device holds one micro-batch and one gradient. Views and masks are functions of (seed, step, place), so the two orders see the same augmentations at each
-step, and a micro-batch or shard sees what its places see in the whole batch. Pure torch on the data / models /
-optim packages (torch.distributed when world_size > 1): no Ray.
+taken at the same point. The forward passes run under the run's autocast (`autocast_for(cfg.trainer, device)`, as
+the training step: bf16 where the run trains in bf16), so a micro-batch of the per-worker batch holds what a training
+step's forward holds. Memory: two passes over the measured batches (the gradients are taken twice): the first sums
+the gradients (for the mean) and takes the raw cosines, the second removes the mean from each pair and takes the
+centred cosines. So rank 0 holds at most three flattened fp32 gradients (the sum or mean, and one pair), on the
+device the gradients are taken on, whatever `steps`: 12 bytes per parameter, 20 with the weights and the gradient
+being taken, under the 32 of a training step's weights, gradient and Orthogonal-AdamW state with its diagnostics
+(cluster/gpu_memory.py); other ranks hold one. Views and masks are functions of
+(seed, step, place), so the two orders see the same augmentations at each step, and a micro-batch or shard sees
+what its places see in the whole batch. Pure torch on the data / models / optim packages (torch.distributed when
+world_size > 1): no Ray.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from raystream.optim.reductions import cosine
+from raystream.train.step import autocast_for
 
 from raystream.tracking.names import (CORRELATION_SEQUENTIAL as SEQUENTIAL, CORRELATION_SEQUENTIAL_RAW as
                                       SEQUENTIAL_RAW, CORRELATION_SHUFFLED as SHUFFLED, CORRELATION_SHUFFLED_RAW as
@@ -99,15 +107,18 @@ class _Shard:
 
 
 def _gradient(model: torch.nn.Module, params: List[torch.Tensor], state, shard: _Shard, step: int,
-              device: Optional[torch.device], world_size: int, keep: bool) -> Optional[torch.Tensor]:
+              device: Optional[torch.device], world_size: int, keep: bool,
+              autocast: Callable[[], ContextManager]) -> Optional[torch.Tensor]:
     """The flattened fp32 gradient of the loss on global batch `step` (zeros for parameters the loss does not
-    reach), summed over the ranks; on the CPU when `keep` (rank 0), else None. The model's buffers are reset to
-    `state` after every micro-batch. Raises ValueError on every rank alike when a rank's loss is not finite."""
+    reach), summed over the ranks, on the parameters' device when `keep` (rank 0), else None. The forward passes run
+    under `autocast`; the model's buffers are reset to `state` after every micro-batch. Raises ValueError on every
+    rank alike when a rank's loss is not finite."""
     for p in params:
         p.grad = None
     bad = math.nan
     for batch in shard.micro_batches(step):
-        loss = model(batch.model_inputs(device))["loss"]
+        with autocast():
+            loss = model(batch.model_inputs(device))["loss"]
         n = int(batch.frames.shape[0])
         value = float(loss.detach())
         if not math.isfinite(value):
@@ -122,7 +133,7 @@ def _gradient(model: torch.nn.Module, params: List[torch.Tensor], state, shard: 
     if float(flat[-1]) > 0:
         where = f"is {bad}" if not math.isnan(bad) else "is not finite on another rank"
         raise ValueError(f"the loss at step {step} {where}: no gradient to correlate")
-    return flat[:-1].cpu() if keep else None
+    return flat[:-1] if keep else None
 
 
 def _flatten_grads(params: List[torch.Tensor]) -> torch.Tensor:
@@ -138,18 +149,6 @@ def _flatten_grads(params: List[torch.Tensor]) -> torch.Tensor:
     return flat
 
 
-def _order_gradients(model, params, state, shard: _Shard, stream_cfg, pairs: int, device, rank: int,
-                     world_size: int) -> Dict[str, Any]:
-    """Gradients of the pairs of consecutive batches of one order (rank 0: CPU tensors; other ranks: None)."""
-    starts = pair_starts(shard.steps_per_pass, pairs)
-    if not starts:
-        raise ValueError(f"stream.order = {stream_cfg.order}: one pass holds {shard.steps_per_pass} global batch(es) "
-                         f"of stream.batch_size = {stream_cfg.batch_size}; consecutive batches need at least 2")
-    grads = [_gradient(model, params, state, shard, t + i, device, world_size, rank == 0)
-             for t in starts for i in range(2)]
-    return {"grads": grads, "starts": starts, "steps_per_pass": shard.steps_per_pass}
-
-
 def _buffers(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
     """Copies of the model's buffers: what a forward pass may change (DoRA's centre); the parameters only change
     in an optimizer step, which the measurement never takes, so they are not copied (one model's memory less)."""
@@ -162,72 +161,112 @@ def _restore(model: torch.nn.Module, buffers: Dict[str, torch.Tensor]) -> None:
             b.copy_(buffers[name])
 
 
-def _mean(grads: List[torch.Tensor], chunk: int = 1 << 22) -> torch.Tensor:
-    """torch.stack(grads).mean(0), the same numbers, computed a slice of the parameters at a time so that no second
-    copy of all the gradients is made."""
-    out = torch.empty_like(grads[0])
-    for s in range(0, out.numel(), chunk):
-        out[s:s + chunk] = torch.stack([g[s:s + chunk] for g in grads]).mean(0)
+def _pair_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(cosine(torch.dot(a, b), torch.dot(a, a), torch.dot(b, b)))
+
+
+def _mean_of_finite(values: List[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+class _Pairs:
+    """The pairs (t, t+1) of one order: their first steps over this rank's shard of that order."""
+
+    def __init__(self, shard: _Shard, stream_cfg, pairs: int):
+        self.shard = shard
+        self.starts = pair_starts(shard.steps_per_pass, pairs)
+        if not self.starts:
+            raise ValueError(f"stream.order = {stream_cfg.order}: one pass holds {shard.steps_per_pass} global "
+                             f"batch(es) of stream.batch_size = {stream_cfg.batch_size}; consecutive batches need at "
+                             "least 2")
+
+
+def _cosines(orders: Dict[str, _Pairs], gradient: Callable[[_Shard, int], Optional[torch.Tensor]],
+             rank: int) -> Dict[str, Any]:
+    """Both passes over the pairs: the raw mean pair cosine of each order and the sum of all the gradients, then,
+    the pooled mean known, the same gradients taken again and the centred cosines. Rank 0 holds the sum (then the
+    mean) and one pair; the other ranks take the same gradients (their all-reduces) and get {}."""
+    total: Optional[torch.Tensor] = None
+    count = 0
+    raw: Dict[str, List[float]] = {key: [] for key in orders}
+    for key, pairs in orders.items():
+        for t in pairs.starts:
+            a = gradient(pairs.shard, t)
+            b = gradient(pairs.shard, t + 1)
+            if rank == 0:
+                raw[key].append(_pair_cosine(a, b))
+                total = a.add_(b) if total is None else total.add_(a).add_(b)
+                count += 2
+            del a, b
+    mean = total.div_(count) if rank == 0 else None
+    centred: Dict[str, List[float]] = {key: [] for key in orders}
+    for key, pairs in orders.items():
+        for t in pairs.starts:
+            a = gradient(pairs.shard, t)
+            if rank == 0:
+                a.sub_(mean)
+            b = gradient(pairs.shard, t + 1)
+            if rank == 0:
+                centred[key].append(_pair_cosine(a, b.sub_(mean)))
+            del a, b
+    if rank != 0:
+        return {}
+    out: Dict[str, Any] = {key: _mean_of_finite(v) for key, v in centred.items()}
+    out.update({f"{key}_raw": _mean_of_finite(v) for key, v in raw.items()})
+    out["parameters"] = int(mean.numel())
     return out
-
-
-def _mean_pair_cosine(grads: List[torch.Tensor]) -> float:
-    cos = []
-    for a, b in zip(grads[0::2], grads[1::2]):
-        c = float(cosine(torch.dot(a, b), torch.dot(a, a), torch.dot(b, b)))
-        if math.isfinite(c):
-            cos.append(c)
-    return sum(cos) / len(cos) if cos else math.nan
 
 
 def measure_model(model: torch.nn.Module, cfg, base_stream, *, steps: int, device: Optional[torch.device] = None,
                   micro_batch: Optional[int] = None, rank: int = 0, world_size: int = 1,
-                  weights: Optional[str] = None) -> Optional[Dict[str, Any]]:
+                  weights: Optional[str] = None,
+                  autocast: Optional[Callable[[], ContextManager]] = None) -> Optional[Dict[str, Any]]:
     """The measurement at `model`'s weights (in train mode, on `device`; restored as it was) on rank `rank` of
     `world_size` (a torch.distributed process group when > 1; every rank calls this, with the same arguments but
-    its rank). `base_stream`: a ClipStream of `cfg.data` (its probed videos are reused). Returns the figures on
-    rank 0, None on the others. Raises ValueError on every rank alike (a stream too short, a non-finite loss)."""
+    its rank). `base_stream`: a ClipStream of `cfg.data` (its probed videos are reused). `autocast`: the training
+    step's (raystream/train/step.py `autocast_for`); None: `autocast_for(cfg.trainer, device)`. Returns the figures
+    on rank 0, None on the others. Raises ValueError on every rank alike (a stream too short, a non-finite loss)."""
     if steps < 1:
         raise ValueError(f"--steps {steps}: expected at least 1 pair of consecutive batches")
+    if autocast is None:
+        autocast = autocast_for(cfg.trainer, device or torch.device("cpu"))
     was_training = model.training
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     state = _buffers(model)
     # decoded inline, one micro-batch at a time: the pairs jump through the stream
     data_cfg = OmegaConf.merge(cfg.data, {"prefetch": 0, "read_ahead": False})
-    orders = {"sequential": cfg.stream, "shuffled": OmegaConf.merge(cfg.stream, {"order": "shuffled"})}
-    measured = {}
+    order_cfgs = {"sequential": cfg.stream, "shuffled": OmegaConf.merge(cfg.stream, {"order": "shuffled"})}
+
+    def gradient(shard: _Shard, step: int) -> Optional[torch.Tensor]:
+        return _gradient(model, params, state, shard, step, device, world_size, rank == 0, autocast)
+
+    shards: List[_Shard] = []
     try:
-        for key, stream_cfg in orders.items():
-            shard = _Shard(base_stream, data_cfg, stream_cfg, rank, world_size, micro_batch)
-            try:
-                measured[key] = _order_gradients(model, params, state, shard, stream_cfg, steps, device, rank,
-                                                 world_size)
-            finally:
-                shard.close()
+        orders = {}
+        for key, stream_cfg in order_cfgs.items():
+            shards.append(_Shard(base_stream, data_cfg, stream_cfg, rank, world_size, micro_batch))
+            orders[key] = _Pairs(shards[-1], stream_cfg, steps)
+        out: Dict[str, Any] = _cosines(orders, gradient, rank)
     finally:
+        for shard in shards:
+            shard.close()
         _restore(model, state)
         model.train(was_training)
     if rank != 0:
         return None
-    pooled = [g for m in measured.values() for g in m["grads"]]
-    raw = {f"{key}_raw": _mean_pair_cosine(m["grads"]) for key, m in measured.items()}
-    mean = _mean(pooled)
-    for g in pooled:  # in place: no second copy of the gradients
-        g.sub_(mean)
-    out: Dict[str, Any] = {key: _mean_pair_cosine(m["grads"]) for key, m in measured.items()}
-    out.update(raw)
-    seq = measured["sequential"]
+    seq = orders["sequential"]
     shard_size = int(cfg.stream.batch_size) // world_size
-    out.update(order=str(cfg.stream.order), pairs=len(seq["starts"]), steps=seq["starts"],
-               steps_per_pass=seq["steps_per_pass"], scenario=str(cfg.scenario.name),
+    out.update(order=str(cfg.stream.order), pairs=len(seq.starts), steps=seq.starts,
+               steps_per_pass=seq.shard.steps_per_pass, scenario=str(cfg.scenario.name),
                batch_size=int(cfg.stream.batch_size), frames_per_clip=int(cfg.stream.frames_per_clip),
                fps=float(cfg.stream.fps), clip_shift=int(cfg.stream.clip_shift),
                resolution=int(cfg.stream.resolution), data=str(cfg.data.name), seed=int(cfg.trainer.seed),
                weights=str(weights if weights is not None else cfg.scenario.backbone.init),
-               parameters=int(mean.numel()), mean_removed="pooled mean of all measured gradients (both orders)",
+               mean_removed="pooled mean of all measured gradients (both orders)",
                world_size=world_size, micro_batch=min(micro_batch or shard_size, shard_size),
-               device=str(device or "cpu"))
+               device=str(device or "cpu"), bf16=isinstance(autocast(), torch.autocast))
     return out
 
 
@@ -239,7 +278,8 @@ def measure(cfg, *, steps: int = 8, checkpoint: Optional[str] = None, device: Op
     `cfg`: a composed run config (DictConfig). `steps`: pairs of consecutive batches per order. `checkpoint`: a
     model state dict, checkpoint or run directory (as `scenario.backbone.init`); None = the scenario's own init.
     `device`: a torch device ("cpu", "cuda", "cuda:1"; default cpu). `micro_batch`: clips per forward pass (memory
-    is one micro-batch's); None = the whole global batch at once.
+    is one micro-batch's); None = the whole global batch at once. The forward passes run under the run's autocast
+    (`trainer.bf16`, null: bf16 on a GPU), as a training step's on that device.
     Raises DataError (videos), CheckpointError (checkpoint) or ValueError (a stream too short, a non-finite loss,
     a bad device or micro-batch).
     """

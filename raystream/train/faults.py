@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
+from raystream.train import persist
+
 CAUSES = {"SIGINT": "interrupted (SIGINT: Ctrl-C)",
           "SIGTERM": "interrupted (SIGTERM: a job scheduler, `timeout` or `ray job stop`)"}
 
@@ -79,6 +81,7 @@ def before_step(hooks: Dict[str, Any], step: int, rank: int) -> None:
     if hooks.get("step_delay_s"):
         time.sleep(hooks["step_delay_s"])
     if hooks.get("pause_at_step") == step and rank == 0:
+        persist.wait()  # the checkpoints before step k are on storage in full, as the pause promises
         pause(Path(hooks["pause_file"]), step, float(hooks["pause_timeout_s"]))
     if hooks.get("fail_at_step") != step or hooks.get("fail_rank", 0) != rank:
         return

@@ -6,7 +6,8 @@
     restore  (`restore`)       the newest checkpoint (Ray Train's, or the newer complete one the driver found on
              storage): model, optimizer, the previous gradient of `grad_cos_prev`, RNG, stream position, sums;
     measure  (`measure_correlation`) on a fresh run only, before step 0: the stream correlation at the initial
-             weights, each rank on its shard and device, summed over ranks; rank 0 logs it at step 0;
+             weights, each rank on its shard and device, under the step's autocast, in micro-batches of the
+             per-worker batch, summed over ranks; rank 0 logs it at step 0;
     step     (`train_step`)    for every global step t (its pure-torch pieces: step.py, shared with `raystream bench`):
 
         schedules of step t (lr, weight decay) -> forward (bf16 autocast when `trainer.bf16` asks for it)
@@ -33,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from raystream.eval.shard import Shard
 from raystream.tracking import names
-from raystream.train import checkpoint, divergence, faults
+from raystream.train import checkpoint, divergence, faults, persist
 from raystream.train.evaluator import Evaluator
 from raystream.train.node_metrics import start_node_monitor
 from raystream.train.progress import Progress
@@ -173,6 +173,7 @@ class LoopState:
     final: Dict[str, Any] = field(default_factory=dict)
     window_loss: float = 0.0  # loss summed since the last Ray Train report
     window_n: int = 0
+    checkpoints: persist.Checkpointer = field(default_factory=persist.Checkpointer)  # rank 0's checkpoint writes
 
     def add(self, scalars: Dict[str, float]) -> None:
         for key, value in scalars.items():
@@ -191,11 +192,15 @@ class LoopState:
 
 
 def _checkpoint_to_restore(run: Dict[str, Any]):
-    """The newer of Ray Train's latest registered checkpoint and the driver's `resume_from` (the newest complete
-    one on storage, which Ray's record can lag behind), or None."""
+    """The newest of Ray Train's latest registered checkpoint, the driver's `resume_from` (the newest complete one
+    on storage when the run started) and the newest complete one on storage now (a restart after a fault: written
+    in full by the failed attempt, whose report Ray Train may not have taken), or None."""
     import ray.train
 
-    return checkpoint.restorable([ray.train.get_checkpoint(), run.get("resume_from")])  # verified: a torn one skipped
+    storage = ray.train.get_context().get_storage()
+    now = checkpoint.newest_complete(storage.storage_filesystem, storage.experiment_fs_path)
+    return checkpoint.restorable([ray.train.get_checkpoint(), run.get("resume_from"),  # verified: a torn one skipped
+                                  ray.train.Checkpoint(now, filesystem=storage.storage_filesystem) if now else None])
 
 
 def restore(w: Worker) -> LoopState:
@@ -204,6 +209,7 @@ def restore(w: Worker) -> LoopState:
     ckpt = _checkpoint_to_restore(w.run)
     if ckpt is None:
         return LoopState()
+    checkpoints = persist.Checkpointer(persist.registered_names(), Path(ckpt.path).name) if w.rank == 0 else None
     with ckpt.as_directory() as d:
         model_state, train_state, meta = checkpoint.load(Path(d))
     w.net.load_state_dict(model_state)
@@ -215,7 +221,7 @@ def restore(w: Worker) -> LoopState:
     w.stream.load_state_dict(meta["stream"])
     return LoopState(start=start, next_step=start, sums=dict(train_state.get("sums", {})),
                      count=int(train_state.get("count", 0)), last_eval=dict(train_state.get("eval", {})),
-                     final=dict(train_state.get("final") or {}))
+                     final=dict(train_state.get("final") or {}), checkpoints=checkpoints or persist.Checkpointer())
 
 
 def train_step(w: Worker, batch, t: int) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor],
@@ -339,14 +345,16 @@ def report_with_checkpoint(w: Worker, state: LoopState, metrics: Dict[str, Any])
     if int(stream_state.get("step", state.next_step)) != state.next_step:
         raise RuntimeError(f"stream state is at step {stream_state.get('step')} but {state.next_step} steps were "
                            "trained")
-    train_state = {"optimizer": w.optimizer.state_dict(), "sums": dict(state.sums), "count": state.count,
-                   "eval": dict(state.last_eval), "final": dict(state.final),
-                   "diagnostics": w.cosines.diagnostics_state_dict() if w.cosines is not None else {}}
     meta = {"next_step": state.next_step, "total_steps": w.total, "stream": stream_state, "world_size": w.world,
             "mlflow_run_id": w.run["mlflow_run_id"], "run_name": w.run["run_name"], "finished": bool(state.final)}
-    with tempfile.TemporaryDirectory(prefix="raystream-ckpt-") as d:
-        checkpoint.save(Path(d), model_state=w.net.state_dict(), train_state=train_state, meta=meta)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d), checkpoint_dir_name=name)
+
+    def take(copy: bool) -> checkpoint.Snapshot:  # with `copy` the step waits for the copy, not for the write
+        train_state = {"optimizer": w.optimizer.state_dict(), "sums": dict(state.sums), "count": state.count,
+                       "eval": dict(state.last_eval), "final": dict(state.final),
+                       "diagnostics": w.cosines.diagnostics_state_dict() if w.cosines is not None else {}}
+        return checkpoint.snapshot(model_state=w.net.state_dict(), train_state=train_state, meta=meta, copy=copy)
+
+    state.checkpoints.report(metrics, name, take)
 
 
 def _finished_already(w: Worker, state: LoopState) -> Dict[str, Any]:
@@ -373,7 +381,7 @@ def measure_correlation(w: Worker, records: "Records") -> None:
         with rng_kept():
             result = measure_model(w.net, w.cfg, w.stream.stream, steps=int(tcfg.correlation_steps),
                                    device=w.device, micro_batch=per_worker_batch(w.cfg), rank=w.rank,
-                                   world_size=w.world)
+                                   world_size=w.world, autocast=w.autocast)
     except ValueError as exc:
         if w.rank == 0:
             not_measured(exc)
@@ -404,6 +412,7 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         if diverged is not None:
             return divergence.as_result(diverged) if w.rank == 0 else None
     finally:
+        persist.wait()  # a checkpoint write in flight ends complete before an error reaches Ray Train (and a restart)
         monitor.stop()
         records.close()
         w.stream.close()

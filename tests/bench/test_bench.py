@@ -70,6 +70,10 @@ def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
     assert "time budget" in r["optimizer_step_skipped"]["orthogonal_adamw_compiled"]
     assert r["optimizer_compiled"] == {}  # whether a compiled optimizer ran compiled: none was timed
     assert r["peak_memory_gb"] > 0 and r["peak_memory_gb"] == pytest.approx(r["peak_memory_bytes"] / 2 ** 30)
+    # the correlation's phase and the training's (steps and one checkpoint save); on a CPU the host is the device
+    assert 0 < r["correlation_peak_memory_bytes"] and r["checkpoint_bytes"] > 0
+    assert r["host_peak_memory_bytes"] == r["peak_memory_bytes"]
+    assert "above the" in r["peak_memory_how"] and "stream correlation before step 0" in out.stdout
     assert r["checks"]["device_stream"].startswith("passed") and r["checks"]["bf16_step"].startswith("passed")
     assert r["checks"]["compiled_step"].startswith("skipped: time budget")
     assert 0 < r["elapsed_s"] and r["time_budget_s"] == 300

@@ -37,6 +37,36 @@ def test_save_load_round_trip_restores_rng_and_optimizer(tmp_path):
     assert train_state["sums"] == {"loss": 1.5} and train_state["count"] == 3
 
 
+def test_a_snapshot_holds_the_state_when_taken_and_a_rewrite_reads_torn_until_complete(tmp_path):
+    """The asynchronous write's contract: the snapshot is a host copy (training updating the parameters in place
+    afterwards changes nothing written), and writing a checkpoint again first removes its meta.json, so a write cut
+    short reads as torn rather than as the older complete checkpoint."""
+    import pyarrow.fs as pafs
+
+    model = torch.nn.Linear(3, 2)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    snap = checkpoint.snapshot(model_state=model.state_dict(), train_state={"count": 1}, meta={"next_step": 4})
+    with torch.no_grad():
+        model.weight.add_(1.0)  # the next step, while the write is in flight
+    fs, d = pafs.LocalFileSystem(), tmp_path / checkpoint.dir_name(4)
+    checkpoint.write(fs, str(d), snap)
+    model_state, train_state, meta = checkpoint.load(d)
+    assert all(torch.equal(model_state[k], before[k]) for k in before)
+    assert train_state["count"] == 1 and meta["file_sizes"]["model.pt"] == (d / "model.pt").stat().st_size
+
+    class Cut(RuntimeError):
+        pass
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise Cut("the write is cut short")
+
+    with pytest.raises(Cut):
+        checkpoint.write(fs, str(d), checkpoint.Snapshot(model.state_dict(), {"x": Unpicklable()}, {"next_step": 4}))
+    with pytest.raises(checkpoint.CheckpointError, match="checkpoint_00000004 .meta.json missing"):
+        checkpoint.latest(fs, str(tmp_path))  # not the older complete checkpoint's meta.json
+
+
 def test_load_names_missing_files(tmp_path):
     (tmp_path / "model.pt").write_bytes(b"")
     with pytest.raises(FileNotFoundError, match="train_state.pt, meta.json"):

@@ -67,6 +67,54 @@ def test_sequential_above_shuffled_on_a_correlated_stream(demo_dir):
     assert result["sequential"] > result["shuffled"] + 0.4, result
 
 
+def test_the_forward_passes_run_under_the_runs_autocast(demo_dir):
+    """`trainer.bf16=true` (the training step's bf16 autocast, here on the CPU) moves every figure off the fp32
+    one's last bits, and by little: the same measurement in another precision."""
+    torch.set_num_threads(1)
+    fp32 = correlation.measure(compose(_tiny(demo_dir, *CORRELATED)), steps=2)
+    bf16 = correlation.measure(compose(_tiny(demo_dir, *CORRELATED, "trainer.bf16=true")), steps=2)
+    assert not fp32["bf16"] and bf16["bf16"]
+    for key in ("sequential", "shuffled", "sequential_raw", "shuffled_raw"):
+        assert bf16[key] != fp32[key] and bf16[key] == pytest.approx(fp32[key], abs=0.05), (key, fp32, bf16)
+
+
+# In a fresh interpreter (the resident set is the measurement's, not a test session's), glibc giving freed memory back
+# (so the resident set follows what is held): the peak RSS of the measurement at 1 and at 3 pairs per order, and the
+# size of one flattened gradient.
+_PEAKS = """
+import json, sys, torch
+from raystream.bench.memory import PeakMemory, rss
+from raystream.config import compose
+from raystream.data import build_stream
+from raystream.models import build_scenario
+from raystream.train.correlation import measure_model
+torch.set_num_threads(1)
+cfg = compose(sys.argv[1:])
+model = build_scenario(cfg.scenario, cfg.stream, seed=0).model
+base = build_stream(cfg.data, cfg.stream)
+meter, peaks = PeakMemory(torch.device("cpu"), rss()), {}
+for steps in (1, 3, 1):
+    meter.start()
+    measure_model(model, cfg, base, steps=steps)
+    peaks[steps] = meter.stop()[1]
+print(json.dumps({"peaks": peaks, "gradient": 4 * sum(p.numel() for p in model.parameters() if p.requires_grad)}))
+"""
+
+
+def test_what_the_measurement_holds_does_not_grow_with_the_pairs(demo_dir):
+    """Two passes (sum, then the pairs again): at most 3 gradients held, at 1 pair per order as at 3, where keeping
+    every gradient would hold 8 more (12 against 4). A ViT-B block at 32 px: a gradient of about 40 MB."""
+    overrides = _tiny(demo_dir, "scenario.backbone.preset=base")
+    out = subprocess.run([sys.executable, "-c", _PEAKS, *overrides], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"})
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    peaks, gradient = {int(k): v for k, v in r["peaks"].items()}, r["gradient"]
+    print("peak RSS above the start, MB:", {k: v / 1e6 for k, v in peaks.items()}, "gradient MB:", gradient / 1e6)
+    assert gradient > 30e6
+    assert peaks[3] - peaks[1] < gradient, peaks
+
+
 def test_checkpoint_weights_are_used(demo_dir, tmp_path):
     """The same stream at other weights (a saved state dict of another seed) gives another figure."""
     from raystream.models import build_scenario

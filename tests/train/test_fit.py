@@ -72,7 +72,8 @@ def single(ray_cluster, tiny):
 
 @pytest.fixture(scope="module")
 def ddp(ray_cluster, tiny):
-    cfg = tiny("trainer.num_workers=2", "eval.metrics=[knn]", "eval.every=3", "eval.max_probe_samples=40")
+    cfg = tiny("trainer.num_workers=2", "eval.metrics=[knn]", "eval.every=3", "eval.max_probe_samples=40",
+               "mlflow.system_metrics_interval_s=0.5")
     return fit(cfg, run_name="ddp", mlflow_tags={"purpose": "test"})
 
 
@@ -133,6 +134,23 @@ def test_mlflow_run_holds_params_metrics_and_artifacts(ddp, workdir):
         "checkpoint/model.pt", "checkpoint/meta.json"}
     config_yaml = Path(client.download_artifacts(run.info.run_id, "config.yaml", str(workdir["dir"]))).read_text()
     assert "run_name: ddp" in config_yaml and "batch_size: 4" in config_yaml
+
+
+def test_the_node_logs_its_cpu_memory_and_network_once_per_sample(ddp, workdir):
+    """MLflow system metrics (raystream/train/node_metrics.py), on in the ddp run: one process per node samples."""
+    client = make_client(workdir["mlflow"])
+    run_id = ddp["mlflow_run_id"]
+    keys = {k for k in client.get_run(run_id).data.metrics if k.startswith("system/")}
+    for key in ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes",
+                "system/system_memory_usage_percentage", "system/network_receive_megabytes",
+                "system/network_transmit_megabytes"):
+        assert key in keys, f"{key} not logged; system metrics: {sorted(keys)}"
+    assert not any(k.startswith("system/node_") for k in keys), sorted(keys)  # one node: MLflow's plain names
+    steps = sorted(m.step for m in client.get_metric_history(run_id, "system/cpu_utilization_percentage"))
+    # Two monitors (one per worker) would each log steps 0, 1, ...: one per node logs each step once.
+    assert len(steps) >= 2 and steps == list(range(len(steps))), steps
+    memory = client.get_metric_history(run_id, "system/system_memory_usage_megabytes")
+    assert all(m.value > 0 for m in memory), [m.value for m in memory]
 
 
 def _local(run_dir: Path):
@@ -216,3 +234,36 @@ def test_preflight_fails_before_any_worker_starts(ray_cluster, tiny, workdir):
         fit(cfg, run_name="indivisible")
     for name in ("too-many", "no-gpu", "indivisible"):
         assert not (Path(workdir["storage"]) / name).exists()
+
+
+def test_a_torn_registered_checkpoint_is_written_again_and_pruned_once(ray_cluster, tiny, tiny_overrides, workdir,
+                                                                       capfd):
+    """Issue 34 item 7, as a user meets it: a run stopped after its checkpoint 6 was written and registered by Ray
+    Train, that checkpoint's train_state.pt then cut to half. The re-run warns, resumes from checkpoint 4 and writes
+    checkpoint 6 again; Ray Train's record keeps one entry for it, so the prunes at 8, 10 and 12
+    (`keep_checkpoints` 2) delete each directory once, and the run ends (it failed with `FileNotFoundError: Path not
+    found .../checkpoint_00000006` when Ray listed the directory twice)."""
+    extra = ("trainer.num_workers=1", "trainer.max_steps=12")
+    paused = workdir["dir"] / "torn.paused"
+    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_PAUSE_AT_STEP": "7",
+           "RAYSTREAM_PAUSE_FILE": str(paused)}
+    env.pop("RAYSTREAM_FAIL_AT_STEP", None)
+    run_dir = Path(workdir["storage"]) / "torn"
+    snapshot = run_dir / "checkpoint_manager_snapshot.json"
+    err = workdir["dir"] / "torn.stderr"
+    with train_process(tiny_overrides(*extra, "trainer.run_name=torn"), env, workdir["dir"], err) as driver:
+        wait_for(driver, err, lambda: paused.exists() and snapshot.exists()
+                 and "checkpoint_00000006" in snapshot.read_text(), 150, "checkpoint 6 registered, paused at 7")
+        driver.send_signal(signal.SIGINT)
+        assert driver.wait(timeout=90) == 130, err.read_text()
+    state = run_dir / "checkpoint_00000006" / checkpoint.STATE_FILE
+    state.write_bytes(state.read_bytes()[:state.stat().st_size // 2])
+    capfd.readouterr()
+
+    resumed = fit(tiny(*extra), run_name="torn")
+    warned = capfd.readouterr().err
+    assert "skipping torn checkpoint" in warned and "checkpoint_00000006" in warned, warned
+    assert resumed["start_step"] == 4 and resumed["steps_done"] == 12
+    kept = sorted(p.name for p in run_dir.glob("checkpoint_0*"))
+    assert kept == ["checkpoint_00000010", "checkpoint_00000012"], kept
+    assert checkpoint.latest(*_local(run_dir))[1]["next_step"] == 12

@@ -85,7 +85,10 @@ def _features(encode: Encode, source: ProbeSource, train: Sequence[Any], test: S
     """The centre views' features and tokens of `train` and `test` (`FEATURE_KEYS`), from `cache` when it has
     them (with tokens when `keep` asks for them), else extracted over the shard and saved there."""
     found = cache.load() if cache is not None else None
-    if found is not None and (not keep or found.get("train_tokens") is not None):
+    usable = found is not None and (not keep or found.get("train_tokens") is not None)
+    if cache is not None and shard.total(float(usable)) < shard.world:  # all ranks reuse, or all extract
+        usable = False
+    if usable:
         return {k: (v.to(device) if k.endswith("features") and v is not None and device is not None else v)
                 for k, v in found.items()}
     out: Dict[str, Any] = {}

@@ -2,7 +2,7 @@
 is evaluated by 2 workers, each extracting its part of the demo probe set; the results land in the training run's
 MLflow run; a second evaluation of the same checkpoint and protocol encodes nothing; a probe longer than the
 collective time-out trips nothing, in an evaluation job and in a training run's own evaluation; bad targets are
-named before Ray starts."""
+named before Ray starts; a run in a bucket resolves and keeps its features there."""
 
 import json
 from pathlib import Path
@@ -106,3 +106,33 @@ def test_a_torn_checkpoint_is_named(tmp_path, trained):
     (torn / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ConfigError, match="incomplete"):
         resolve(str(torn))
+
+
+def test_a_run_in_a_bucket_resolves_and_keeps_its_features_there(tmp_path, trained, tiny, monkeypatch):
+    """No Ray: the target `s3://.../<run>` names its newest checkpoint and MLflow run, and the stored features
+    are written and read back in the bucket."""
+    import torch
+
+    from local_cloud import local_s3
+    from raystream.train.eval_target import features_uri
+    from raystream.train.evaluator import StoredFeatures
+
+    run_dir = Path(trained["run_dir"])
+    with local_s3(tmp_path) as s3:
+        for k, v in s3.env.items():
+            monkeypatch.setenv(k, v)
+        client = s3.client()
+        for f in run_dir.rglob("*"):
+            if f.is_file() and (f.name == "raystream_run.json" or f.parent.name.startswith("checkpoint_")):
+                client.upload_file(str(f), s3.bucket, f"runs/evaled/{f.relative_to(run_dir)}")
+        target = resolve(f"s3://{s3.bucket}/runs/evaled/")
+        assert target.checkpoint == f"s3://{s3.bucket}/runs/evaled/{Path(trained['checkpoint_path']).name}"
+        assert target.mlflow_run_id == trained["mlflow_run_id"] and target.step == 1
+        uri = features_uri(target, tiny())
+        assert uri.startswith(f"s3://{s3.bucket}/runs/evaled/eval_features/checkpoint_")
+        saved = {"train_features": torch.ones(3, 2), "train_tokens": None, "test_features": torch.zeros(2, 2),
+                 "test_tokens": None}
+        assert StoredFeatures(uri, 0).load() is None
+        StoredFeatures(uri, 0).save(saved, 5)
+        back = StoredFeatures(uri, 1).load()
+        assert torch.equal(back["train_features"], saved["train_features"]) and back["train_tokens"] is None

@@ -2,6 +2,7 @@
 
     raystream train  [overrides] [--cfg job] [--config-dir DIR]
     raystream sweep  [overrides] [--cfg job] [--verbose] [--config-dir DIR]
+    raystream eval   TARGET [overrides] [--config-dir DIR]     # TARGET: run dir, checkpoint dir or s3:// URI
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
     raystream tracking upload FILE [--tracking-uri URI]   # what a tracking outage left unsent
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
@@ -11,7 +12,8 @@
     raystream bench  [overrides] [--device cpu|cuda] [--steps N] [--json PATH] [--time-budget S] [--compile MODE]
 
 Every subcommand composes and checks the config first, so a bad key fails before Ray starts; `train` and `sweep`
-also check the MLflow tracking store and the evaluation data before Ray starts. Exit 2: bad config, data or
+also check the MLflow tracking store and the evaluation data before Ray starts, `eval` its target, probe set and
+model. Exit 2: bad config, data or
 tracking store (nothing ran). `bench` (no Ray, no MLflow; raystream/bench/): exit 2 also for a missing device,
 3 for a failed check.
 """
@@ -55,6 +57,13 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--cfg", choices=["job"], help="print the composed config and exit")
     sub.choices["sweep"].add_argument("--verbose", action="store_true",
                                       help="Ray's and Tune's output on the terminal (else in the sweep's log file)")
+
+    e = sub.add_parser("eval", help="the probes of a checkpoint as a Ray Train job on every worker "
+                                    "(raystream/train/eval_job.py)")
+    e.add_argument("target", help="a training run's directory (its newest checkpoint), a checkpoint_<step> "
+                                  "directory, or either as an s3:// / gs:// URI")
+    e.add_argument("overrides", nargs="*", help="the training run's overrides (experiment=...) and eval.* ones, "
+                                                 "e.g. eval.protocol=dino eval.dataset=/data/imagenet")
 
     r = sub.add_parser("report", help="paper-style table and plots from MLflow")
     g = r.add_mutually_exclusive_group(required=True)
@@ -103,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds for the whole command (default 480); phases that do not fit are skipped, and said")
     b.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                    help="Orthogonal-AdamW's compiled step: auto = when the budget allows (default)")
-    for composing in (sub.choices["train"], sub.choices["sweep"], i, m, x, c, b):
+    for composing in (sub.choices["train"], sub.choices["sweep"], e, i, m, x, c, b):
         composing.add_argument("--config-dir", action="append", default=[], metavar="DIR",
                                help="a directory of your own config files, searched after the shipped tree (as "
                                     "Hydra's --config-dir; repeatable; also $RAYSTREAM_CONFIG_DIR)")
@@ -145,6 +154,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         prepare_store(tracking_uri(cfg))  # reachable, writable and created before Ray starts
         check_evaluation_data(cfg)  # fit() checks the rest before Ray starts (the backbone's checkpoint included)
         return train_main(cfg, overrides=args.overrides)
+    if args.command == "eval":  # the target, probe set, model and tracking store are checked before Ray starts
+        from raystream.train.eval_job import main as eval_main
+
+        return eval_main(cfg, args.target)
     if args.command == "sweep":  # run_sweep checks the tracking store and every cell before Ray starts
         from raystream.tune.sweep import main as sweep_main
 

@@ -51,6 +51,12 @@ def test_own_videos_without_eval_dataset_fail_before_ray_starts(tmp_path):
     assert not (tmp_path / "raystream_results").exists()
 
 
+def test_eval_of_a_directory_without_a_checkpoint_fails_before_ray_starts(tmp_path):
+    out = _run_in(tmp_path, "eval", str(tmp_path))
+    assert out.returncode == 2 and "no checkpoint in it" in out.stderr and "Traceback" not in out.stderr
+    assert list(tmp_path.iterdir()) == []  # no MLflow store, no results directory
+
+
 def test_report_of_a_missing_experiment_leaves_no_store_behind(tmp_path):
     out = _run_in(tmp_path, "report", "--experiment", "missing")
     assert out.returncode == 2 and "no MLflow store" in out.stderr

@@ -18,6 +18,7 @@ from torch import nn
 
 from raystream.eval.minibatch import minibatches, num_steps
 from raystream.eval.schedule import warmup_cosine
+from raystream.eval.shard import Shard
 
 
 def default_heads(dim: int) -> int:
@@ -108,12 +109,13 @@ def attentive_probe_top1(train_tokens: torch.Tensor, train_labels: torch.Tensor,
                          test_labels: torch.Tensor, num_classes: Optional[int] = None, *, epochs: int = 20,
                          lr: float = 1e-3, weight_decay: float = 1e-4, batch_size: int = 64,
                          num_heads: Optional[int] = None, iterations: Optional[int] = None, warmup: int = 0,
-                         seed: int = 0, device: Optional[torch.device] = None) -> float:
+                         seed: int = 0, device: Optional[torch.device] = None, shard: Shard = Shard()) -> float:
     """Top-1 accuracy in [0, 1] of an attentive probe fitted on `train_tokens` (N, L, D), trained for `epochs`
     epochs or, when given, exactly `iterations` mini-batches (`warmup` of them warming the lr up, then cosine).
 
     `num_heads`: the encoder's (None: `default_heads`). The probe lives on `device` (default: the tokens'
-    device); cached tokens move there one mini-batch at a time.
+    device); cached tokens move there one mini-batch at a time. With a `shard` of several ranks the probe trains
+    data-parallel (each rank its part of every mini-batch, gradients summed; raystream/eval/shard.py).
     """
     if train_tokens.dim() != 3:
         raise ValueError(f"attentive probe expects tokens (N, L, D), got shape {tuple(train_tokens.shape)}")
@@ -129,18 +131,15 @@ def attentive_probe_top1(train_tokens: torch.Tensor, train_labels: torch.Tensor,
     opt = torch.optim.AdamW(probe.parameters(), lr=lr, weight_decay=weight_decay)
     n = train_tokens.shape[0]
     sched = warmup_cosine(opt, warmup, num_steps(n, batch_size, epochs, iterations))
+    params = list(probe.parameters())
     with torch.enable_grad():
         probe.train()
         for idx in minibatches(n, batch_size, epochs=epochs, iterations=iterations, generator=gen):
-            logits = probe(train_tokens[idx.to(train_tokens.device)].to(device).float())
             opt.zero_grad()
-            F.cross_entropy(logits, y[idx].to(device)).backward()
+            shard.step(lambda r: F.cross_entropy(probe(train_tokens[r.to(train_tokens.device)].to(device).float()),
+                                                 y[r].to(device), reduction="sum"),
+                       shard.part(idx), idx.shape[0], params)
             opt.step()
             sched.step()
     probe.eval()
-    correct = 0
-    with torch.no_grad():
-        for start in range(0, test_tokens.shape[0], batch_size):
-            pred = probe(test_tokens[start:start + batch_size].to(device).float()).argmax(dim=1).cpu()
-            correct += int((pred == test_labels[start:start + batch_size].long().cpu()).sum())
-    return correct / max(1, test_tokens.shape[0])
+    return shard.accuracy(lambda t: probe(t.to(device).float()).argmax(dim=1), test_tokens, test_labels, batch_size)

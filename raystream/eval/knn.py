@@ -11,6 +11,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from raystream.eval.shard import Shard
+
 
 @torch.no_grad()
 def knn_predict(train_features: torch.Tensor, train_labels: torch.Tensor, test_features: torch.Tensor,
@@ -37,7 +39,9 @@ def knn_predict(train_features: torch.Tensor, train_labels: torch.Tensor, test_f
 
 def knn_top1(train_features: torch.Tensor, train_labels: torch.Tensor, test_features: torch.Tensor,
              test_labels: torch.Tensor, num_classes: Optional[int] = None, *, k: int = 20,
-             temperature: float = 0.07) -> float:
-    """Top-1 accuracy in [0, 1] of the weighted kNN classifier."""
-    pred = knn_predict(train_features, train_labels, test_features, num_classes, k=k, temperature=temperature)
-    return float((pred.cpu() == test_labels.long().cpu()).float().mean())
+             temperature: float = 0.07, shard: Shard = Shard()) -> float:
+    """Top-1 accuracy in [0, 1] of the weighted kNN classifier; with a `shard`, each rank classifies its part of the
+    test set (in chunks, on the features' device)."""
+    classes = int(num_classes) if num_classes is not None else int(train_labels.max()) + 1
+    return shard.accuracy(lambda test: knn_predict(train_features, train_labels, test, classes, k=k,
+                                                   temperature=temperature), test_features, test_labels)

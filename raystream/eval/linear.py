@@ -5,6 +5,10 @@ Features are standardised with the training set's mean and std. The default opti
 probe) or `"adamw"` (VideoMAE's in the paper) train on mini-batches with a cosine schedule, for `epochs` epochs or
 exactly `iterations` mini-batches (for feature sets too large for one batch). `dino_linear_top1` is DINO's linear
 probe (eval.protocol=dino): no standardisation, SGD with DINO's lr scaling, on fresh features per mini-batch.
+
+With a `shard` (raystream/eval/shard.py) of several ranks, the mini-batch probes train data-parallel: each rank takes
+its part of every mini-batch, the gradients are summed over the ranks, and each rank counts its part of the test
+set. Full-batch L-BFGS runs whole on every rank (the same result on each).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from torch import nn
 from raystream.eval.config import LINEAR_OPTIMIZERS
 from raystream.eval.minibatch import minibatches, num_steps
 from raystream.eval.schedule import warmup_cosine
+from raystream.eval.shard import Shard
 
 DEFAULT_LR = {"lbfgs": 1.0, "sgd": 0.1, "adamw": 1e-3}  # when `lr` is None
 
@@ -31,7 +36,7 @@ def linear_probe_top1(train_features: torch.Tensor, train_labels: torch.Tensor, 
                       test_labels: torch.Tensor, num_classes: Optional[int] = None, *, epochs: int = 100,
                       optimizer: str = "lbfgs", lr: Optional[float] = None, weight_decay: float = 1e-4,
                       batch_size: int = 256, iterations: Optional[int] = None, warmup: int = 0,
-                      seed: int = 0) -> float:
+                      seed: int = 0, shard: Shard = Shard()) -> float:
     """Top-1 accuracy in [0, 1] of a linear classifier fitted on `train_features` (N, D).
 
     `epochs`: L-BFGS iterations, or mini-batch epochs; `iterations` (mini-batch optimizers) overrides them;
@@ -67,48 +72,49 @@ def linear_probe_top1(train_features: torch.Tensor, train_labels: torch.Tensor, 
             opt.step(closure)
         else:
             opt = (torch.optim.SGD(head.parameters(), lr=lr, momentum=0.9) if optimizer == "sgd"
-                   else torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0))  # decay: in the objective
+                   else torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0))  # decay: as the objective's
             n = x.shape[0]
             sched = warmup_cosine(opt, warmup, num_steps(n, batch_size, epochs, iterations))
+            params = list(head.parameters())
             for idx in minibatches(n, batch_size, epochs=epochs, iterations=iterations, generator=gen):
-                idx = idx.to(x.device)
                 opt.zero_grad()
-                objective(x[idx], y[idx]).backward()
+                shard.step(lambda r: F.cross_entropy(head(x[r]), y[r], reduction="sum"),
+                           shard.part(idx).to(x.device), idx.shape[0], params)
+                head.weight.grad.add_(head.weight.detach(), alpha=2 * weight_decay)  # the objective's decay term
                 opt.step()
                 sched.step()
-    with torch.no_grad():
-        pred = head(x_test).argmax(dim=1)
-    return float((pred.cpu() == test_labels.long().cpu()).float().mean())
+    return shard.accuracy(lambda xb: head(xb).argmax(dim=1), x_test, test_labels)
 
 
 def dino_linear_top1(train_features_of: Callable[[torch.Tensor], torch.Tensor], train_labels: torch.Tensor,
                      test_features: torch.Tensor, test_labels: torch.Tensor, num_classes: int, *, lr: float = 0.01,
-                     batch_size: int = 512, epochs: int = 100, warmup_epochs: int = 0, seed: int = 0) -> float:
+                     batch_size: int = 512, epochs: int = 100, warmup_epochs: int = 0, seed: int = 0,
+                     shard: Shard = Shard()) -> float:
     """Top-1 accuracy in [0, 1] of DINO's linear probe (eval_linear.py): Linear(D, classes), weights N(0, 0.01),
     zero bias, on the features as the encoder gives them (no standardisation); SGD with momentum 0.9, no weight
     decay, lr x batch_size / 256 (DINO's scaling), `warmup_epochs` of linear warm-up then cosine to 0, per step.
 
     `train_features_of(idx)` gives the features (B, D) of the training samples `idx` (fresh augmented views of
-    them, or rows of a cache), on the device the probe trains on."""
+    them, or rows of a cache), on the device the probe trains on (the test features' device); with a `shard`,
+    each rank asks only for its part of each mini-batch."""
     gen = torch.Generator().manual_seed(seed)
     y = train_labels.long()
     n = y.shape[0]
-    head: Optional[nn.Linear] = None
     steps_per_epoch = -(-n // batch_size)
+    device = test_features.device
+    head = nn.Linear(test_features.shape[1], int(num_classes)).to(device)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(head.weight.shape, generator=gen) * 0.01)
+        head.bias.zero_()
+    opt = torch.optim.SGD(head.parameters(), lr=lr * batch_size / 256.0, momentum=0.9, weight_decay=0.0)
+    sched = warmup_cosine(opt, warmup_epochs * steps_per_epoch, epochs * steps_per_epoch)
+    params = list(head.parameters())
     for idx in minibatches(n, batch_size, epochs=epochs, iterations=None, generator=gen):
-        x = train_features_of(idx).float()
-        if head is None:
-            head = nn.Linear(x.shape[1], int(num_classes)).to(x.device)
-            with torch.no_grad():
-                head.weight.copy_(torch.randn(head.weight.shape, generator=gen) * 0.01)
-                head.bias.zero_()
-            opt = torch.optim.SGD(head.parameters(), lr=lr * batch_size / 256.0, momentum=0.9, weight_decay=0.0)
-            sched = warmup_cosine(opt, warmup_epochs * steps_per_epoch, epochs * steps_per_epoch)
+        local = shard.part(idx)
         with torch.enable_grad():
             opt.zero_grad()
-            F.cross_entropy(head(x), y[idx].to(x.device)).backward()
+            shard.step(lambda r: F.cross_entropy(head(train_features_of(r).float().to(device)), y[r].to(device),
+                                                 reduction="sum"), local, idx.shape[0], params)
             opt.step()
         sched.step()
-    with torch.no_grad():
-        pred = head(test_features.float().to(head.weight.device)).argmax(dim=1)
-    return float((pred.cpu() == test_labels.long().cpu()).float().mean())
+    return shard.accuracy(lambda xb: head(xb.float()).argmax(dim=1), test_features, test_labels)

@@ -29,7 +29,8 @@ from torch import nn
 from raystream.checks import options_text
 from raystream.eval.config import EvalConfig
 from raystream.eval.pixels import heldout_pixel_metrics
-from raystream.eval.probes import probe_metrics
+from raystream.eval.probes import FeatureCache, probe_metrics
+from raystream.eval.shard import Shard
 from raystream.models.config import SCENARIOS, ScenarioConfig
 
 Builder = Callable[[Any, Any, int], "Scenario"]
@@ -149,9 +150,11 @@ class Scenario:
         return model.predict(frames)
 
     def evaluate(self, model: nn.Module, eval_cfg: EvalConfig, probe: Any = None,
-                 heldout: Optional[Iterable] = None) -> Dict[str, float]:
+                 heldout: Optional[Iterable] = None, shard: Shard = Shard(),
+                 cache: Optional[FeatureCache] = None) -> Dict[str, float]:
         """`eval/<metric>` floats: probe metrics when `probe` is given, out-of-stream pixel metrics when `heldout`
-        is. The model is frozen (eval mode, no gradients) and put back in its previous mode afterwards."""
+        is. The model is frozen (eval mode, no gradients) and put back in its previous mode afterwards. `shard`
+        and `cache`: the probes' (raystream/eval/probes.py); every rank of the shard calls this at once."""
         net = unwrap(model)
         device = model_device(net)
         was_training = net.training
@@ -160,7 +163,7 @@ class Scenario:
         try:
             if probe is not None:
                 out.update(probe_metrics(lambda x: self.encode(net, as_model_clips(net, x)), probe, eval_cfg,
-                                         device=device, num_heads=encoder_heads(net)))
+                                         device=device, num_heads=encoder_heads(net), shard=shard, cache=cache))
             if heldout is not None:
                 out.update(heldout_pixel_metrics(lambda x: self.predict(net, x), heldout,
                                                  max_batches=int(eval_cfg.heldout_batches),

@@ -38,6 +38,9 @@ class TrainerConfig:
     # clips per forward pass of that measurement on each worker; null = the worker's training batch
     # (stream.batch_size // num_workers). Lower it if the fp32 measurement does not fit where bf16 training does.
     correlation_micro_batch: Optional[int] = None
+    # torch.distributed's time-out of a collective (Ray's TorchConfig(timeout_s)): how long a rank waits in an
+    # all-reduce for the others before the run fails. Evaluations run on every rank, so none waits that long.
+    collective_timeout_s: int = 1800
 
 
 RAY_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -54,6 +57,7 @@ CHECKS = [
     Check("run_name", lambda v: v is None or is_path_name(v), f"null (a generated name) or {PATH_NAME}"),
     one_of("ray_log_level", RAY_LOG_LEVELS),
     Check("correlation_steps", lambda v: v >= 0, "an integer >= 0 (pairs of batches; 0 = no measurement)"),
+    Check("collective_timeout_s", lambda v: v >= 1, "an integer >= 1 (seconds)"),
     Check("correlation_micro_batch", lambda v: v is None or v >= 1,
           "null (the worker's training batch) or an integer >= 1 (clips per forward pass)"),
 ]

@@ -19,6 +19,8 @@ Ctrl-C.
     RAYSTREAM_PAUSE_TIMEOUT_S=s   the longest pause (default 120 s): then the worker raises PauseTimedOut naming
                                   the hook and the file, so no run (and no test) waits forever on a pause.
     RAYSTREAM_STEP_DELAY_S=s      every worker sleeps s seconds per step (to keep a run going for a while).
+    RAYSTREAM_EVAL_DELAY_S=s      every worker that evaluates sleeps s seconds in each evaluation, before its
+                                  probes (a long probe, e.g. longer than trainer.collective_timeout_s).
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def from_env(run_dir_local: Optional[str], run_name: str) -> Dict[str, Any]:
                      pause_timeout_s=float(os.environ.get("RAYSTREAM_PAUSE_TIMEOUT_S", PAUSE_TIMEOUT_S)))
     if os.environ.get("RAYSTREAM_STEP_DELAY_S"):
         hooks["step_delay_s"] = float(os.environ["RAYSTREAM_STEP_DELAY_S"])
+    if os.environ.get("RAYSTREAM_EVAL_DELAY_S"):
+        hooks["eval_delay_s"] = float(os.environ["RAYSTREAM_EVAL_DELAY_S"])
     return hooks
 
 

@@ -18,7 +18,8 @@
     read-back (`read_window`) after every `trainer.log_every`-th step (and at report, checkpoint and evaluation
              steps): the window's values in ONE host transfer, each step checked finite and recorded in order;
 
-    and reporting (`Records` on rank 0: MLflow, progress line, evaluations; `report` on every rank: Ray Train
+    and reporting (`Records` on rank 0: MLflow, progress line; evaluations on every rank at once, each its part of
+    the work (raystream/train/evaluator.py); `report` on every rank: Ray Train
     reports, every `trainer.checkpoint_every` steps and after the last with rank 0's checkpoint).
 
 Loss and in-stream metrics are averaged over the workers. A non-finite loss or gradient norm ends the run at that
@@ -43,8 +44,10 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
+from raystream.eval.shard import Shard
 from raystream.tracking import names
 from raystream.train import checkpoint, divergence, faults, persist
+from raystream.train.evaluator import Evaluator
 from raystream.train.node_metrics import start_node_monitor
 from raystream.train.progress import Progress
 from raystream.train.schedule import Schedules
@@ -248,43 +251,9 @@ def read_window(window: StepWindow, state: LoopState, records: "Records") -> Non
         records.step(t, {**scalars, **metrics})
 
 
-class Evaluator:
-    """Rank 0's evaluations: the probe set and held-out stream are loaded once, on first use."""
-
-    def __init__(self, cfg, scenario):
-        self.cfg, self.scenario = cfg, scenario
-        self._probe = None
-        self._heldout = None
-
-    def __call__(self, model) -> Dict[str, float]:
-        from raystream.data import build_heldout_stream
-        from raystream.eval.loaders import load_probe_source
-
-        needs = set(self.scenario.needs)
-        probe = heldout = None
-        if "probe" in needs and list(self.cfg.eval.metrics):
-            if self._probe is None:
-                self._probe = load_probe_source(self.cfg.data, self.cfg.stream, self.cfg.eval)
-            probe = self._probe
-        if "heldout" in needs and self.cfg.eval.heldout_batches > 0:
-            if self._heldout is None:
-                self._heldout = build_heldout_stream(self.cfg.data, self.cfg.stream)
-            heldout = self._heldout.batches(0)
-        if probe is None and heldout is None:
-            return {}
-        # Evaluation must not move the training RNG streams (runs with and without evaluation stay identical).
-        with rng_kept():
-            out = self.scenario.evaluate(model, self.cfg.eval, probe=probe, heldout=heldout)
-        return {names.eval_name(k): float(v) for k, v in out.items()}
-
-    def close(self) -> None:
-        if self._heldout is not None:
-            self._heldout.close()
-
-
 class Records:
-    """Rank 0's outputs: every step's metrics to MLflow (`StepLogger`, each step once), the progress line, and the
-    evaluations. On other ranks it is inert."""
+    """Rank 0's outputs: every step's metrics to MLflow (`StepLogger`, each step once) and the progress line; the
+    evaluations, which run on every rank (raystream/train/evaluator.py). On other ranks it only evaluates."""
 
     def __init__(self, w: Worker, start: int):
         from raystream.tracking import StepLogger
@@ -296,7 +265,7 @@ class Records:
             if self.active else None
         self.progress = Progress(w.run["run_name"], w.total, batch_size, w.cfg.trainer.log_every) \
             if self.active else None
-        self.evaluator = Evaluator(w.cfg, w.scenario) if self.active else None
+        self.evaluator = Evaluator(w.cfg, w.scenario, Shard(w.rank, w.world), hooks=w.run.get("hooks"))
         self._t_prev = time.perf_counter()
         if self.active:
             where = f"resuming at step {start}" if start > 0 else "starting"
@@ -319,11 +288,13 @@ class Records:
                 self.logger.flush()
 
     def evaluate(self, t: int, state: LoopState) -> None:
-        """Evaluate after step t when `eval.every` or the end asks for it (rank 0; the others keep theirs)."""
+        """Evaluate after step t when `eval.every` or the end asks for it: every rank at once (each its part of the
+        probe set and of the probes' mini-batches), rank 0 logs the metrics."""
         every, done = self.w.cfg.eval.every, t + 1
-        if self.active and (done >= self.w.total or (every > 0 and done % every == 0)):
+        if done >= self.w.total or (every > 0 and done % every == 0):
             state.last_eval = self.evaluator(self.w.net)
-            self.logger.log(state.last_eval, t)
+            if self.active:
+                self.logger.log(state.last_eval, t)
             self._t_prev = time.perf_counter()
 
     def log(self, metrics: Dict[str, float], t: int) -> None:
@@ -337,7 +308,7 @@ class Records:
     def close(self) -> None:
         if self.active:
             self.logger.close()  # what the tracking store did not take stays in the unsent file (the driver tells)
-            self.evaluator.close()
+        self.evaluator.close()
 
 
 def report(w: Worker, state: LoopState, records: Records, t: int, lr: float) -> None:

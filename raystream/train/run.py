@@ -131,6 +131,16 @@ def finish_run(client, uri: str, run_id: str, path: str, end: Dict[str, Any]) ->
         unsent.remove(path)
 
 
+def collective_config(cfg: DictConfig):
+    """The TorchConfig of a job (`torch_config`: raystream's loopback set-up on a tested Ray) with
+    `trainer.collective_timeout_s` as torch.distributed's time-out."""
+    from raystream.train.torch_backend import torch_config
+
+    config = torch_config()
+    config.timeout_s = int(cfg.trainer.collective_timeout_s)
+    return config
+
+
 def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[Sequence[Any]] = None,
         mlflow_parent_run_id: Optional[str] = None, mlflow_tags: Optional[Dict[str, str]] = None,
         init_checked: Optional[str] = None) -> Dict[str, Any]:
@@ -152,7 +162,6 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     from ray.train.torch import TorchTrainer
 
     from raystream.train.loop import train_loop_per_worker
-    from raystream.train.torch_backend import torch_config
 
     cfg = copy.deepcopy(cfg)
     name = run_name or cfg.trainer.run_name or default_run_name(cfg)
@@ -189,7 +198,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         tcfg = cfg.trainer
         resources = {"CPU": float(tcfg.cpus_per_worker), **({"GPU": 1} if tcfg.use_gpu else {})}
         trainer = TorchTrainer(
-            train_loop_per_worker, torch_config=torch_config(),  # one node: torch on 127.0.0.1 (a tested Ray)
+            train_loop_per_worker, torch_config=collective_config(cfg),  # one node: on 127.0.0.1 (a tested Ray)
             train_loop_config={
                 "cfg": OmegaConf.to_container(cfg, resolve=True),
                 "run": {"run_name": name, "total_steps": total, "tracking_uri": uri, "mlflow_run_id": run_id,

@@ -10,6 +10,7 @@
     raystream data correlation [overrides] [--checkpoint PATH] [--steps N] [--device D] [--micro-batch M]
     raystream data index VIDEOS [overrides]
     raystream bench  [overrides] [--device cpu|cuda] [--steps N] [--json PATH] [--time-budget S] [--compile MODE]
+    raystream bench --eval [--device cpu|cuda] [--json PATH]
 
 Every subcommand composes and checks the config first, so a bad key fails before Ray starts; `train` and `sweep`
 also check the MLflow tracking store and the evaluation data before Ray starts, `eval` its target, probe set and
@@ -112,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds for the whole command (default 480); phases that do not fit are skipped, and said")
     b.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                    help="Orthogonal-AdamW's compiled step: auto = when the budget allows (default)")
+    b.add_argument("--eval", action="store_true",
+                   help="an evaluation worker's rates instead (ViT-S images/s, ViT-B clips/s, an attentive-probe "
+                        "step) and the paper's probe evaluations estimated from them; no experiment config used")
     for composing in (sub.choices["train"], sub.choices["sweep"], e, i, m, x, c, b):
         composing.add_argument("--config-dir", action="append", default=[], metavar="DIR",
                                help="a directory of your own config files, searched after the shipped tree (as "
@@ -162,6 +166,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from raystream.tune.sweep import main as sweep_main
 
         return sweep_main(cfg, overrides=args.overrides, verbose=args.verbose)
+    if args.command == "bench" and args.eval:
+        from raystream.bench.eval_rates import main as eval_rates_main
+
+        return eval_rates_main([*(["--device", args.device] if args.device else []),
+                                *(["--json", args.json] if args.json else [])])
     if args.command == "bench":
         from raystream.bench.main import main as bench_main
 

@@ -167,3 +167,34 @@ def test_compiled_updates_must_follow_the_stock_ones():
     wrong = [stock[0], before[1] + 2 * (before[1] - stock[1])]  # the second moved the other way
     with pytest.raises(CheckFailed, match="check `compiled_step` failed: .* parameter 1 differ"):
         checks.same_updates(before, stock, wrong)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_eval_rates_on_a_gpu_the_machine_lacks_is_a_named_error(capsys, tmp_path):
+    from raystream.cli import main
+
+    rc = main(["bench", "--eval", "--device", "cuda", "--json", str(tmp_path / "eval.json")])
+    assert rc == 2
+    assert "raystream bench --eval: --device cuda but torch sees no GPU" in capsys.readouterr().err
+    assert not (tmp_path / "eval.json").exists()
+
+
+@pytest.mark.slow  # ViT-B on a 16-frame clip and an attentive-probe step at batch 32, twice each: about 20 s
+def test_eval_rates_measure_a_worker_and_estimate_the_papers_evaluations(capsys, tmp_path):
+    from raystream.bench.eval_rates import main as eval_rates_main
+
+    out = tmp_path / "eval.json"
+    argv = ["--device", "cpu", "--batches", "1", "--image-batch", "1", "--clip-batch", "1", "--json", str(out)]
+    assert eval_rates_main(argv) == 0
+    result = json.loads(out.read_text())
+    measured, hours = result["measured"], result["estimated_worker_hours"]
+    assert all(measured[k] > 0 for k in ("vit_s16_images_per_s", "vit_b16_clips16_per_s", "dino_jpeg_view_ms",
+                                         "attentive_step_b32_vit_b_s"))
+    # the estimates are the rates applied to the published set sizes: ImageNet's train images encoded for kNN once
+    # and for the augmented linear probe every epoch (100), its val images once
+    images = 1_281_167 * 101 + 50_000
+    assert hours["dino_vit_s_imagenet"]["encode"] == pytest.approx(images / measured["vit_s16_images_per_s"] / 3600)
+    assert hours["vjepa_vit_b_ssv2"]["attentive_probe"] == pytest.approx(
+        40_000 * measured["attentive_step_b32_vit_b_s"] / 3600)
+    printed = capsys.readouterr().out
+    assert "DINO protocol, ViT-S, ImageNet" in printed and "V-JEPA protocol, ViT-B, SSv2" in printed

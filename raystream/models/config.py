@@ -69,6 +69,7 @@ class DoraConfig:
     are in sweeps/scenario/dora_paper.yaml (6 local crops, out_dim 65536, hidden 2048, bottleneck 256)."""
 
     num_objects: int = 3  # attention heads sampled per step = objects tracked = masked clips per clip
+    global_crops: int = 1  # 1 (DoRA's released code) | 2 (the paper's Table 5, DINO's loss over both; loss.py)
     local_crops: int = 2
     local_size: Optional[int] = None  # null = stream.resolution // 2 (112 at 224), rounded to the patch size
     local_crop_min: float = 0.05  # local crops cover [min, max] of the frame's area
@@ -122,6 +123,9 @@ CHECKS = [
     Check("decoder_heads", lambda v: v is None or v >= 1, "null (half the encoder's) or an integer >= 1"),
     # DoRA's ranges (the only place they are written; dora/scenario.py trusts them).
     Check("dora.num_objects", lambda v: v >= 1, "an integer >= 1 (at most the backbone's heads)"),
+    Check("dora.global_crops", lambda v: v in (1, 2), "1 (DoRA's released code) or 2 (the paper's Table 5)"),
+    Check("dora", lambda v: v.global_crops == 1 or v.loss_rule == "paper",
+          "scenario.dora.loss_rule = paper when scenario.dora.global_crops = 2 (the official rule has one global view)"),
     Check("dora.local_crops", lambda v: v >= 0, "an integer >= 0"),
     Check("dora.local_size", lambda v: v is None or v >= 1, "null (stream.resolution // 2) or a size in pixels >= 1"),
     *[Check(f"dora.{key}", lambda v: 0 < v <= 1, "an area fraction in (0, 1]")

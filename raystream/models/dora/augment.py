@@ -4,6 +4,10 @@ whichever worker holds it (the global gradient does not depend on the number of 
 - the global view (the teacher's input, and what the masked clips are cut from): one random resized crop (area in
   [global_crop_min, 1], aspect ratio in [3/4, 4/3]) and one horizontal flip for the whole clip, resized to the
   stream resolution, then per-frame colour jitter / grayscale;
+- with `global_crops: 2` (the paper's Table 5) a second global view of the same clip frames, drawn the same way
+  from its own random stream: its own resized crop, flip and jitter. DoRA's released code has one global view
+  and its paper does not say how a second is made; we take DINO's (two random crops of the same image, here of
+  the same frames) and track objects in each view separately, so each view's masks fit its own crop;
 - `local_crops` local views: per frame an independent random resized crop (area in [local_crop_min,
   local_crop_max]) of the frame at `local_size` pixels (112 at 224), flip and colour jitter per frame.
 
@@ -21,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-_GLOBAL, _LOCAL, _HEADS = 1, 2, 3
+_GLOBAL, _LOCAL, _HEADS, _GLOBAL2 = 1, 2, 3, 4  # view 1 keeps tag 1: global_crops 1 draws as before
 
 
 def _rng(seed: int, tag: int, step: int, index: int = 0) -> np.random.Generator:
@@ -94,33 +98,44 @@ def _resample(images: torch.Tensor, theta: torch.Tensor, size: int) -> torch.Ten
 
 def make_views(frames: torch.Tensor, index: Sequence[int], *, seed: int, step: int, cfg,
                local_size: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(global view (B, T, C, R, R), local views (L, B, T, C, r, r)) of clips `frames` (B, T, C, R, R) in [0, 1].
+    """(global views (G, B, T, C, R, R), local views (L, B, T, C, r, r)) of clips `frames` (B, T, C, R, R) in [0, 1].
 
-    `cfg` holds global_crop_min, local_crop_min, local_crop_max, local_crops, flip, color_jitter, grayscale.
+    `cfg` holds global_crops (G), global_crop_min, local_crop_min, local_crop_max, local_crops, flip, color_jitter,
+    grayscale.
     """
     b, t, c, res, _ = frames.shape
     n_local = int(cfg.local_crops)
-    g_boxes, g_flips, g_jit, l_boxes, l_flips, l_jit = [], [], [], [], [], []
+    flat = frames.reshape(b * t, c, res, res)
+    tags = (_GLOBAL, _GLOBAL2)[:int(cfg.global_crops)]
+    global_views = torch.stack([_global_view(flat, index, t, tag, seed=seed, step=step, cfg=cfg) for tag in tags])
+    global_views = global_views.reshape(len(tags), b, t, c, res, res)
+    if n_local == 0:
+        return global_views, frames.new_zeros(0, b, t, c, local_size, local_size)
+    l_boxes, l_flips, l_jit = [], [], []
     for i in index:
-        rng = _rng(seed, _GLOBAL, step, int(i))
-        g_boxes.append(_crop_box(rng, (float(cfg.global_crop_min), 1.0)))
-        g_flips.append(rng.random() < float(cfg.flip))
-        g_jit.append(_jitter_params(rng, t, float(cfg.color_jitter), float(cfg.grayscale)))
         rng = _rng(seed, _LOCAL, step, int(i))
         l_boxes.append([_crop_box(rng, (float(cfg.local_crop_min), float(cfg.local_crop_max)))
                         for _ in range(n_local * t)])
         l_flips.append(rng.random(n_local * t) < float(cfg.flip))
         l_jit.append(_jitter_params(rng, n_local * t, float(cfg.color_jitter), float(cfg.grayscale)))
-    flat = frames.reshape(b * t, c, res, res)
-    theta = _theta(np.repeat(np.array(g_boxes, dtype=np.float32), t, axis=0), np.repeat(np.array(g_flips), t))
-    global_view = color_jitter(_resample(flat, theta, res), torch.from_numpy(np.concatenate(g_jit)))
-    global_view = global_view.reshape(b, t, c, res, res)
-    if n_local == 0:
-        return global_view, frames.new_zeros(0, b, t, c, local_size, local_size)
     # local crops of sample i, ordered (crop, frame); the source frame repeats for each crop
     boxes = np.array(l_boxes, dtype=np.float32).reshape(b, n_local, t, 4).transpose(1, 0, 2, 3).reshape(-1, 4)
     flips = np.array(l_flips).reshape(b, n_local, t).transpose(1, 0, 2).reshape(-1)
     jit = np.array(l_jit, dtype=np.float32).reshape(b, n_local, t, 4).transpose(1, 0, 2, 3).reshape(-1, 4)
     src = flat.unsqueeze(0).expand(n_local, -1, -1, -1, -1).reshape(n_local * b * t, c, res, res)
     local = color_jitter(_resample(src, _theta(boxes, flips), local_size), torch.from_numpy(jit))
-    return global_view, local.reshape(n_local, b, t, c, local_size, local_size)
+    return global_views, local.reshape(n_local, b, t, c, local_size, local_size)
+
+
+def _global_view(flat: torch.Tensor, index: Sequence[int], t: int, tag: int, *, seed: int, step: int,
+                 cfg) -> torch.Tensor:
+    """One global view (B * T, C, R, R) of the frames `flat` (B * T, C, R, R): per clip one random resized crop and
+    flip (drawn from the stream `tag`), per frame colour jitter."""
+    boxes, flips, jit = [], [], []
+    for i in index:
+        rng = _rng(seed, tag, step, int(i))
+        boxes.append(_crop_box(rng, (float(cfg.global_crop_min), 1.0)))
+        flips.append(rng.random() < float(cfg.flip))
+        jit.append(_jitter_params(rng, t, float(cfg.color_jitter), float(cfg.grayscale)))
+    theta = _theta(np.repeat(np.array(boxes, dtype=np.float32), t, axis=0), np.repeat(np.array(flips), t))
+    return color_jitter(_resample(flat, theta, flat.shape[-1]), torch.from_numpy(np.concatenate(jit)))

@@ -17,6 +17,15 @@ with its two quirks, for comparison runs:
 We default to the paper's description because both quirks only re-weight terms (no extra signal) and quirk 2
 wastes one crop's forward pass.
 
+Two global views (`global_crops: 2`, the paper's Table 5; `forward_views`): the teacher sees both, `teacher`
+(G=2, B, T, D), and the student the masked clips of each, `masked` (G, K, B, T, D), plus the local crops. As
+DINO's `DINOLoss`, every student view is compared with every teacher view except its own:
+
+    loss = 1/n sum_{g} [ sum_{v != g} mean_{k,t,b} H(P_g, masked_v) + sum_l mean_{t,b} H(P_g, local_l) ]
+
+over the n = G * (G - 1 + L) terms (a global view's K masked clips are one student view, averaged over objects).
+The centre follows the mean teacher logit over both views. Only the paper rule takes two views (the config says so).
+
 The centre is an EMA (momentum 0.9) of the mean teacher logit over every clip and frame of the GLOBAL batch:
 the per-process sum is all-reduced when a torch.distributed process group is initialised, else used as is.
 """
@@ -58,8 +67,24 @@ class DoraLoss(nn.Module):
         p = self.teacher_probs(teacher)
         return -(p * torch.log(p.clamp_min(1e-12))).sum(dim=-1).mean()
 
+    def forward_views(self, teacher: torch.Tensor, masked: torch.Tensor, local: torch.Tensor,
+                      update_center: bool = True) -> torch.Tensor:
+        """Teacher logits of G global views (G, B, T, D), the student's masked clips of each (G, K, B, T, D) and
+        local crops (L, B, T, D): `forward` for one view, DINO's cross-view loss (module docstring) for two."""
+        if teacher.shape[0] == 1:
+            return self.forward(teacher[0], masked[0], local, update_center)
+        p = self.teacher_probs(teacher)  # (G, B, T, D)
+        terms = []
+        for g in range(p.shape[0]):
+            terms += [cross_entropy(p[g], masked[v], self.student_temp).mean() for v in range(p.shape[0]) if v != g]
+            terms += [cross_entropy(p[g], view, self.student_temp).mean() for view in local]
+        if update_center:
+            self.update_center(teacher)
+        return sum(terms) / len(terms)
+
     def forward(self, teacher: torch.Tensor, masked: torch.Tensor, local: torch.Tensor,
                 update_center: bool = True) -> torch.Tensor:
+        """One global view: teacher (B, T, D), masked (K, B, T, D), local (L, B, T, D)."""
         p = self.teacher_probs(teacher)  # (B, T, D)
         mask_ce = cross_entropy(p.unsqueeze(0), masked, self.student_temp)  # (K, B, T)
         local_ce = cross_entropy(p.unsqueeze(0), local, self.student_temp)  # (L, B, T)

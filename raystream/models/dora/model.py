@@ -4,6 +4,8 @@ forward(batch) on clips (B, T, C, H, W), all without a Python loop over frames:
   views (augment.py) -> teacher on the global view of every frame: head logits, and from the last block the
   attention/queries/keys (tracking.py) -> K objects discovered on frame 0 and tracked through the clip ->
   K masked clips -> student on the masked clips and on the local crops -> DINO loss (loss.py), centre update.
+With `global_crops: 2` every step runs on both global views at once (stacked on the batch axis): each is tracked
+and masked on its own, and the loss compares views across (loss.py `forward_views`).
 The loss is H(teacher) + KL(teacher || student); `teacher_entropy` (detached) is returned beside it, since the
 centring raises it while the student's KL falls (what the student learns is loss - teacher_entropy).
 
@@ -83,22 +85,26 @@ class DoRA(nn.Module):
         step = int(batch.get("step", 0) or 0)
         index = batch.get("index")
         index = list(range(b)) if index is None else [int(i) for i in torch.as_tensor(index).tolist()]
-        global_view, local = make_views(frames, index, seed=self.seed, step=step, cfg=self.cfg,
-                                        local_size=self.local_size)
-        global_view, local = normalize_input(global_view), normalize_input(local)
+        global_views, local = make_views(frames, index, seed=self.seed, step=step, cfg=self.cfg,
+                                         local_size=self.local_size)
+        global_views, local = normalize_input(global_views), normalize_input(local)
+        g = global_views.shape[0]
+        global_view = global_views.reshape(g * b, t, c, h, w)  # the views' clips side by side: one pass each
         heads = choose_heads(self.teacher.backbone.num_heads, self.num_objects, seed=self.seed, step=step)
         teacher_logits, masks = self.track(global_view, heads)
-        masked = mask_clips(global_view, masks, self.teacher.backbone.patch_size)  # (K, B, T, C, H, W)
+        masked = mask_clips(global_view, masks, self.teacher.backbone.patch_size)  # (K, G * B, T, C, H, W)
         freeze = step < self.freeze_last_layer_steps
         k = masked.shape[0]
-        student_masked = self.student(masked.reshape(k * b * t, c, h, w), freeze).reshape(k, b, t, -1)
+        student_masked = self.student(masked.reshape(k * g * b * t, c, h, w), freeze).reshape(k, g, b, t, -1)
         n_local, r = local.shape[0], local.shape[-1]
         if n_local:
             student_local = self.student(local.reshape(n_local * b * t, c, r, r), freeze).reshape(n_local, b, t, -1)
         else:
             student_local = student_masked.new_zeros(0, b, t, student_masked.shape[-1])
+        teacher_logits = teacher_logits.reshape(g, b, t, -1)
         entropy = self.criterion.teacher_entropy(teacher_logits)  # before the centre moves
-        loss = self.criterion(teacher_logits, student_masked, student_local, update_center=self.training)
+        loss = self.criterion.forward_views(teacher_logits, student_masked.transpose(0, 1), student_local,
+                                            update_center=self.training)
         return {"loss": loss, "teacher_entropy": entropy}
 
     @torch.no_grad()

@@ -14,6 +14,7 @@ BAD_DORA = [
     ("hidden_dim", 0), ("bottleneck_dim", 0), ("head_layers", 0), ("freeze_last_layer_steps", -1),
     ("student_temp", 0.0), ("teacher_temp", -0.04), ("center_momentum", 1.0), ("momentum_teacher", 1.1),
     ("momentum_steps", 0), ("sinkhorn_epsilon", 0.0), ("sinkhorn_iters", 0), ("loss_rule", "dino"),
+    ("global_crops", 0), ("global_crops", 3),
 ]
 
 
@@ -36,6 +37,12 @@ def test_more_objects_than_heads_fails_in_compose(overrides, heads):
 def test_local_crop_min_above_max_is_named():
     with pytest.raises(ConfigError, match=r"scenario\.dora\.local_crop_min <= scenario\.dora\.local_crop_max"):
         compose(["scenario=dora", "scenario.dora.local_crop_min=0.5", "scenario.dora.local_crop_max=0.3"])
+
+
+def test_two_global_crops_need_the_paper_loss_rule():
+    with pytest.raises(ConfigError, match=r"scenario\.dora\.loss_rule = paper when scenario\.dora\.global_crops = 2"):
+        compose(["scenario=dora", "scenario.dora.global_crops=2", "scenario.dora.loss_rule=official"])
+    assert compose(["scenario=dora", "scenario.dora.global_crops=2"]).scenario.dora.global_crops == 2
 
 
 def test_every_dora_key_is_checked_and_the_shipped_presets_pass():

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from raystream.data.config import StreamConfig
 from raystream.models import build_scenario
 from raystream.models.config import ScenarioConfig
+from raystream.models.dora.augment import make_views
 from raystream.models.dora.loss import DoraLoss
 from raystream.models.dora.sinkhorn import sinkhorn_knopp
 from raystream.models.dora.teacher import cosine_momentum
@@ -250,6 +251,53 @@ def _center_worker(rank, world, path):
         torch.save(loss.center, f"{path}.{rank}")
     finally:
         dist.destroy_process_group()
+
+
+def test_two_global_views_loss_matches_a_hand_computation():
+    """DINO's cross-view rule on 2 teacher views and 3 student views (view 0's and view 1's masked clip, 1 local
+    crop), B = T = K = 1, 4-dim outputs, both temperatures 1 and a zero centre. Logits are logs of counts, so each
+    softmax is counts / sum and every cross-entropy is a multiple of ln 2:
+      P_0 = softmax(0, 0, 0, 0) = (1/4, 1/4, 1/4, 1/4);   P_1 = softmax(log (1, 1, 1, 5)) = (1/8, 1/8, 1/8, 5/8)
+      log q(masked_0) = log (1, 1, 2, 4) / 8 = ln 2 (-3, -3, -2, -1)
+      log q(masked_1) = log (1, 1, 1, 1) / 4 = ln 2 (-2, -2, -2, -2)
+      log q(local)    = log (4, 2, 1, 1) / 8 = ln 2 (-1, -2, -3, -3)
+    Terms (teacher view g, student view v != g): H(P_0, masked_1) = 2 ln 2; H(P_0, local) = 9/4 ln 2;
+    H(P_1, masked_0) = (3 + 3 + 2 + 5) / 8 ln 2 = 13/8 ln 2; H(P_1, local) = (1 + 2 + 3 + 15) / 8 ln 2 = 21/8 ln 2.
+    Mean of the 4 terms: (16 + 18 + 13 + 21) / 32 ln 2 = 17/8 ln 2. Centre: 0.1 * mean(t_0, t_1) = (0, 0, 0, ln 5 / 20).
+    """
+    log = lambda *counts: torch.log(torch.tensor(counts))  # noqa: E731
+    teacher = torch.stack([log(1.0, 1, 1, 1), log(1.0, 1, 1, 5)]).view(2, 1, 1, 4)  # (G, B, T, D)
+    masked = torch.stack([log(1.0, 1, 2, 4), log(1.0, 1, 1, 1)]).view(2, 1, 1, 1, 4)  # (G, K, B, T, D)
+    local = log(4.0, 2, 1, 1).view(1, 1, 1, 4)  # (L, B, T, D)
+    loss = DoraLoss(4, student_temp=1.0, teacher_temp=1.0, center_momentum=0.9)
+    got = loss.forward_views(teacher, masked, local)
+    assert float(got) == pytest.approx(17 / 8 * math.log(2), rel=1e-6)
+    assert torch.allclose(loss.center, torch.tensor([[0.0, 0.0, 0.0, math.log(5) / 20]]))
+
+
+def test_one_global_crop_gives_the_loss_of_before_two_global_crops():
+    """global_crops 1 is DoRA as before this option: the same step's loss as the code before it gave (pinned:
+    2.1977810859680176 at commit 4c88f77) and forward_views on one view is forward. Two crops: a second,
+    different global view, a finite loss with gradients on the student, and a centre from both views."""
+    torch.manual_seed(0)
+    one = build(local_crops=2)
+    out = one.model(batch(clips(), step=3))
+    assert out["loss"].item() == pytest.approx(2.1977810859680176, rel=1e-5)
+    crit = one.model.criterion
+    t, m, loc = torch.randn(1, 2, 2, 32), torch.randn(1, 3, 2, 2, 32), torch.randn(2, 2, 2, 32)
+    assert float(crit.forward_views(t, m, loc, update_center=False)) == float(crit(t[0], m[0], loc, update_center=False))
+
+    two = build(local_crops=2, global_crops=2)
+    views, _ = make_views(clips(), [0, 1, 2, 3], seed=0, step=3, cfg=two.model.cfg, local_size=16)
+    assert views.shape[0] == 2 and not torch.allclose(views[0], views[1])
+    views_one, _ = make_views(clips(), [0, 1, 2, 3], seed=0, step=3, cfg=one.model.cfg, local_size=16)
+    assert torch.equal(views_one[0], views[0])  # view 0 is the one-crop view; view 1 comes from its own stream
+    out = two.model(batch(clips(), step=3))
+    assert torch.isfinite(out["loss"]) and out["loss"].item() != pytest.approx(2.1977810859680176, rel=1e-3)
+    out["loss"].backward()
+    grads = [p.grad for p in two.model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads) and any(g.abs().sum() > 0 for g in grads)
+    assert two.model.criterion.center.abs().sum() > 0
 
 
 def test_center_update_with_a_process_group_of_one(tmp_path):

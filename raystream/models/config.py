@@ -66,7 +66,7 @@ class ScenarioConfig:
 @dataclass
 class DoraConfig:
     """DoRA (scenario.name=dora; see raystream/models/dora/). Defaults are the tiny CPU preset; the paper's values
-    are in sweeps/scenario/dora_paper.yaml (6 local crops, out_dim 65536, hidden 2048, bottleneck 256)."""
+    are in sweeps/scenario/dora_paper.yaml (2 global crops, 6 local crops, out_dim 65536, hidden 2048, bottleneck 256)."""
 
     num_objects: int = 3  # attention heads sampled per step = objects tracked = masked clips per clip
     global_crops: int = 1  # 1 (DoRA's released code) | 2 (the paper's Table 5, DINO's loss over both; loss.py)

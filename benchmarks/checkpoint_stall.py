@@ -14,7 +14,7 @@ with one step on random gradients, then times rank 0's checkpoint both ways, on 
              thread) is timed too, as the least time between two checkpoints with one write in flight at most
 Each phase starts after `os.sync()`: dirty page cache left by the previous write slows the next allocation (a
 host copy measured right after the old path's 12 GB of writes took 37 s instead of about 4). Each file written is
-removed at the end (a ViT-L checkpoint is 4.9 GB; --dir needs about twice that free).
+removed at the end (a ViT-L checkpoint is 6.1 GB; --dir needs about twice that free).
 Imports torch and raystream (no Ray cluster); runs on the CPU.
 """
 

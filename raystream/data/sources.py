@@ -19,6 +19,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -317,8 +318,12 @@ def _child_main() -> None:
     decoder = sys.argv[1]
     __import__("decord" if decoder == "decord" else "av")  # import before the first file's clock starts
     paths = json.loads(sys.stdin.read())
+    # a test hook: every file's decode takes at least this long, a stuck decode the tests can rely on
+    delay_s = float(os.environ.get("RAYSTREAM_PROBE_DELAY_S", "0"))
     for i, path in enumerate(paths):
         print(json.dumps({"started": i}), flush=True)
+        if delay_s:
+            time.sleep(delay_s)
         print(json.dumps({"i": i, **_probe_one(path, decoder)}), flush=True)
 
 

@@ -4,6 +4,7 @@ with a warning and records it; listings (directory, manifests) resolve to the ri
 from __future__ import annotations
 
 import shutil
+import time
 from fractions import Fraction
 
 import av
@@ -98,11 +99,16 @@ def test_skip_with_nothing_left_is_an_error(bad_files):
         build_stream(data_cfg([str(d / "not_a_video.mp4")], on_bad_video="skip"), stream_cfg())
 
 
-def test_a_stuck_decode_is_a_bounded_failure(bad_files, tmp_path):
+def test_a_stuck_decode_is_a_bounded_failure(bad_files, tmp_path, monkeypatch):
     d, _ = bad_files
     fresh = shutil.copy(d / "good.mp4", tmp_path / "slow.mp4")  # not in the probe cache
+    # the probe child's decode takes 30 s (a stuck decode): a 1 ms time-out alone raced the child on a busy machine,
+    # whose answer could already be waiting when the driver began to wait for it
+    monkeypatch.setenv("RAYSTREAM_PROBE_DELAY_S", "30")
+    started = time.monotonic()
     with pytest.raises(DataError, match="decode_timeout_s") as err:
-        build_stream(data_cfg([fresh], decode_timeout_s=0.001), stream_cfg())
+        build_stream(data_cfg([fresh], decode_timeout_s=0.5), stream_cfg())
+    assert time.monotonic() - started < 25  # ended by the time-out, not by the decode
     assert "slow.mp4" in str(err.value)
 
 

@@ -33,19 +33,20 @@ from torch import Tensor
 from torch._dynamo.exc import FailOnRecompileLimitHit
 from torch._dynamo.utils import counters, guard_failures
 
-from raystream.optim.projection import safe_ratio
+from raystream.optim.adamw_math import AdamWGroup
+from raystream.optim.base import runs
+from raystream.optim.projection import Sums, safe_ratio
 
 
 class Group(NamedTuple):
-    """One param group's tensors and constants. `steps` holds the step counter of each parameter (their AdamW
-    state["step"] are views of it); `lr` and `weight_decay` are 0-dim tensors, so schedules do not recompile."""
+    """One param group's tensors and constants as the compiled function sees them; `lr` and `weight_decay` are
+    0-dim tensors, so schedules do not recompile."""
 
     params: List[Tensor]
     grads: List[Tensor]
     emas: List[Tensor]
     exp_avgs: List[Tensor]
     exp_avg_sqs: List[Tensor]
-    steps: Tensor
     lr: Tensor
     weight_decay: Tensor
     hyper: Tuple[float, float, float, float, bool]  # (beta1, beta2, eps, orth_beta, maximize)
@@ -162,18 +163,38 @@ def _run(args, trace: CompileTrace) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
     return tuple(out)
 
 
-def orthogonal_adamw_(groups: Sequence[Group], projection: str, with_update_norm: bool,
-                      trace: CompileTrace) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
-    """One Orthogonal-AdamW step of every parameter, in place: the step counters and bias corrections (a few
-    device ops per param group, whatever the number of tensors), then the compiled passes. Every parameter must
-    already have its EMA and AdamW state. Returns (sum g . c, sum c . c, sum u . u or None); `trace` counts the
-    steps run compiled and eagerly."""
-    scalars = []
-    for group in groups:
-        beta1, beta2 = group.hyper[:2]
-        lr, t = group.lr, (group.steps + 1).to(group.lr.dtype)
-        scalars.append((1 - lr * group.weight_decay, lr / (1 - beta1 ** t), torch.rsqrt(1 - beta2 ** t)))
-    out = _run((groups, scalars, projection, with_update_norm), trace)
-    for group in groups:  # after the step: one that failed to compile has changed nothing
-        group.steps.add_(1)
+class CompiledStep:
+    """What one optimizer's compiled steps keep between calls: the 0-dim lr and weight-decay tensors of each param
+    group (refilled every step: a kernel argument, not a recompilation) and the `CompileTrace`."""
+
+    def __init__(self):
+        self.trace = CompileTrace()
+        self._hyper: Dict[int, Tuple[Tensor, Tensor]] = {}
+
+    def hyper(self, index: int, group: AdamWGroup, like: Tensor) -> Tuple[Tensor, Tensor]:
+        lr, wd = self._hyper.get(index) or self._hyper.setdefault(index, (like.new_zeros(()), like.new_zeros(())))
+        lr.fill_(group.lr)
+        wd.fill_(group.weight_decay)
+        return lr, wd
+
+
+def compiled_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: List[Tensor], exp_avgs: List[Tensor],
+                              exp_avg_sqs: List[Tensor], steps: List[Tensor], groups: List[AdamWGroup], *,
+                              projection: str, with_update_norm: bool, compiled: CompiledStep) -> Sums:
+    """One Orthogonal-AdamW step of every parameter, in place, as the compiled passes: the step counters and bias
+    corrections first (a few device ops per param group, whatever the number of tensors), then `fused_step_`, then
+    the counters advance (one op: a step that failed to compile has changed nothing). Every EMA must hold a value
+    (the first step runs the multi-tensor path). Returns (sum g . c, sum c . c, sum u . u or None); `compiled.trace`
+    counts the steps run compiled and eagerly."""
+    args, scalars = [], []
+    for index, (group, idx) in enumerate(runs(groups)):
+        lr, wd = compiled.hyper(index, group, params[idx[0]])
+        t = torch.stack([steps[i] for i in idx]).to(lr.dtype) + 1
+        scalars.append((1 - lr * wd, lr / (1 - group.beta1 ** t), torch.rsqrt(1 - group.beta2 ** t)))
+        pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
+        args.append(Group(pick(params), pick(grads), pick(emas), pick(exp_avgs), pick(exp_avg_sqs), lr, wd,
+                          (float(group.beta1), float(group.beta2), float(group.eps), float(group.orth_beta),
+                           bool(group.maximize))))
+    out = _run((args, scalars, projection, with_update_norm), compiled.trace)
+    torch._foreach_add_(steps, 1)
     return out

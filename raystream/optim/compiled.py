@@ -1,7 +1,7 @@
 """Algorithm 2 as one compiled step: projection, EMA and AdamW fused by torch.compile into two passes over memory.
 
-The stock-op step (orthogonal.py) reads and writes each parameter-sized array about 17 times per step against
-torch's fused AdamW kernel's 7: u_t is materialised, the gradient is copied into the flat [g; c] buffer, c is
+The multi-tensor step (orthogonal.py) reads and writes each parameter-sized array about 19 times per step against
+torch's fused AdamW kernel's 7: g and c are copied into the flat [g; c] scratch buffer, u_t is materialised, c is
 updated in a pass of its own. Here the whole update is written once, element by element, and torch.compile
 (inductor: C++ on CPU, Triton on GPU) turns it into one reduction pass (g . c and c . c of every tensor, reading g
 and c) and one pass that reads p, g, c, m, v and writes p, c, m, v: 11 arrays, the physical bound of the global
@@ -11,7 +11,8 @@ projection.
     u_i = g_i - k c_i ;   c_i <- c_i + (1 - orth_beta)(g_i - c_i)
     AdamW on u_i as torch.optim.AdamW: p <- p (1 - lr wd) - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 
-lr and weight decay are 0-dim tensors, so learning-rate and weight-decay schedules do not recompile; a new set of
+`compiled_orthogonal_adamw` takes the plain lists of orthogonal.orthogonal_adamw. lr and weight decay are 0-dim
+tensors (kept by `CompiledStep`), so learning-rate and weight-decay schedules do not recompile; a new set of
 parameter shapes or a changed beta does. The first compilation takes about a minute for a ViT on two CPU cores
 (cached on disk by inductor afterwards). Every value stays on the device: no host sync.
 

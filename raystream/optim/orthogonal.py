@@ -41,8 +41,7 @@ from torch.optim import Optimizer
 
 from raystream.optim.adamw_math import (AdamWGroup, adamw_foreach, adamw_fused, adamw_single, fused_supported,
                                         init_adamw_state)
-from raystream.optim.base import (EMA_KEY, OrthogonalMixin, check_hparam, evaluate_closure, gradients_by_group,
-                                  runs)
+from raystream.optim.base import OrthogonalMixin, check_hparam, evaluate_closure, gradients_by_group, runs
 from raystream.optim.compiled import CompiledStep, compiled_orthogonal_adamw
 from raystream.optim.flat import Workspace
 from raystream.optim.projection import Sums, advance_emas_, coefficients, project_step

@@ -170,10 +170,13 @@ class CompiledStep:
 
     def __init__(self):
         self.trace = CompileTrace()
-        self._hyper: Dict[int, Tuple[Tensor, Tensor]] = {}
+        self._hyper: Dict[tuple, Tuple[Tensor, Tensor]] = {}
 
     def hyper(self, index: int, group: AdamWGroup, like: Tensor) -> Tuple[Tensor, Tensor]:
-        lr, wd = self._hyper.get(index) or self._hyper.setdefault(index, (like.new_zeros(()), like.new_zeros(())))
+        """(lr, weight decay) of the index-th param group of the step as 0-dim tensors like `like`'s dtype and
+        device (a kernel argument: refilled, never re-created, so they are the same graph inputs every step)."""
+        key = (index, like.dtype, like.device)
+        lr, wd = self._hyper.get(key) or self._hyper.setdefault(key, (like.new_zeros(()), like.new_zeros(())))
         lr.fill_(group.lr)
         wd.fill_(group.weight_decay)
         return lr, wd

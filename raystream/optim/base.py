@@ -26,7 +26,7 @@ from torch import Tensor
 from raystream.optim.config import ORTH_INITS, PROJECTIONS
 from raystream.optim.diagnostics import DIAGNOSTIC_KEYS, GradCosine
 from raystream.optim.flat import Workspace
-from raystream.optim.projection import GradRows, Sums, ema_dtype
+from raystream.optim.projection import Sums, ema_dtype
 from raystream.optim.reductions import cosine, ratio
 
 EMA_KEY = "orth_ema"
@@ -120,10 +120,6 @@ class OrthogonalMixin:
     def _cos_prev(self, params: Sequence[Tensor], grads: Sequence[Tensor]) -> Optional[Tensor]:
         """cos(g_t, g_{t-1}) with diagnostics on (before the step: the step may reuse the gradients' memory)."""
         return self._cosine.update(params, grads) if self._cosine is not None else None
-
-    def _grad_rows(self) -> GradRows:
-        """The diagnostics' flat copy of this step's gradients (after `_cos_prev`), for the projection to reuse."""
-        return self._cosine.rows() if self._cosine is not None else None
 
     def _record_diagnostics(self, cos_prev: Optional[Tensor], sums: Sums) -> None:
         """This step's diagnostics from cos(g_t, g_{t-1}) and the step's g . c, c . c and u . u."""

@@ -9,7 +9,7 @@ rows that take turns as "this step" and "previous step", so a call is one multi-
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -59,12 +59,6 @@ class GradCosine:
         cos = nan_like(gg) if fresh else cosine(total(dots), gg, self._prev_sq)
         self._prev_sq = self.sq = gg
         return cos
-
-    def rows(self) -> List[Tuple[List[int], Tensor]]:
-        """g_t of the last update() laid end to end: (indices into its gradients, flat row) per (device, dtype)
-        bucket, in `flat.buckets` order; valid until the next update(). The multi-tensor projection reads g_t
-        from here instead of copying it again."""
-        return [(idx, flat.rows[self._row]) for idx, flat in self._flats]
 
     def _build(self, params, grads, key) -> None:
         self._key, self._params, self._row, self._prev_sq = key, list(params), 1, None

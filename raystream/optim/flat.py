@@ -22,7 +22,6 @@ class Flat:
         # rows start 256-byte aligned: a dot product of the same data gives the same bits in either row (SIMD
         # reductions round by alignment), so a restored previous gradient reproduces an uninterrupted run
         self.data = torch.zeros(rows, -(-n // 64) * 64, dtype=dtype, device=device)[:, :n]
-        self.rows: List[Tensor] = list(self.data)  # each row as a 1-d view, made once (indexing is an op per call)
         self.views: List[List[Tensor]] = [list(row.split(sizes)) for row in self.data]
         for row in self.views:
             for i, t in enumerate(tensors):

@@ -44,7 +44,7 @@ from raystream.optim.adamw_math import (AdamWGroup, adamw_foreach, adamw_fused, 
 from raystream.optim.base import OrthogonalMixin, check_hparam, evaluate_closure, gradients_by_group, runs
 from raystream.optim.compiled import CompiledStep, compiled_orthogonal_adamw
 from raystream.optim.flat import Workspace
-from raystream.optim.projection import GradRows, Sums, advance_emas_, coefficients, project_step
+from raystream.optim.projection import Sums, advance_emas_, coefficients, project_step
 from raystream.optim.reductions import sq_norm
 
 IMPLEMENTATIONS = ("single", "foreach", "compiled")
@@ -54,15 +54,14 @@ def orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: List[Tenso
                      exp_avg_sqs: List[Tensor], steps: List[Tensor], groups: List[AdamWGroup], fresh: List[bool], *,
                      projection: str = "global", orth_init: str = "zero", orth_eps: float = 1e-8,
                      impl: str = "foreach", with_update_norm: bool = False, workspace: Optional[Workspace] = None,
-                     compiled: Optional[CompiledStep] = None, grad_rows: GradRows = None) -> Sums:
+                     compiled: Optional[CompiledStep] = None) -> Sums:
     """One Orthogonal-AdamW step of every listed parameter, in place (the functional form, as torch's `adamw`).
 
     The lists run over the parameters with a gradient of every param group (the "global" projection spans them
     all); `groups[i]` is the hyper-parameters of params[i]'s group and `fresh[i]` says that emas[i] holds no value
     yet (zeros). `impl` picks the implementation: "single", "foreach" (with an optional `workspace` kept between
-    steps, and `grad_rows`, a flat copy of the gradients already made: projection.flat_project) or "compiled"
-    (every EMA must hold a value; `compiled` keeps its state). Returns the step's (sum g . c, sum c . c,
-    sum u . u if `with_update_norm`) for the diagnostics.
+    steps) or "compiled" (every EMA must hold a value; `compiled` keeps its state). Returns the step's (sum g . c,
+    sum c . c, sum u . u if `with_update_norm`) for the diagnostics.
     """
     kwargs = dict(projection=projection, orth_init=orth_init, orth_eps=orth_eps, with_update_norm=with_update_norm)
     if impl == "single":
@@ -70,8 +69,7 @@ def orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: List[Tenso
                                               **kwargs)
     if impl == "foreach":
         return multi_tensor_orthogonal_adamw(params, grads, emas, exp_avgs, exp_avg_sqs, steps, groups, fresh,
-                                             workspace=workspace or Workspace(rows=2), grad_rows=grad_rows,
-                                             **kwargs)
+                                             workspace=workspace or Workspace(rows=2), **kwargs)
     if impl == "compiled":
         if any(fresh):
             raise ValueError("impl='compiled' needs every EMA to hold a value (run the first step with 'foreach')")
@@ -107,12 +105,11 @@ def single_tensor_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], em
 def multi_tensor_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: List[Tensor],
                                   exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor], steps: List[Tensor],
                                   groups: List[AdamWGroup], fresh: List[bool], *, projection: str, orth_init: str,
-                                  orth_eps: float, with_update_norm: bool, workspace: Workspace,
-                                  grad_rows: GradRows = None) -> Sums:
+                                  orth_eps: float, with_update_norm: bool, workspace: Workspace) -> Sums:
     """Algorithm 2 with multi-tensor ops: u_t of every tensor (projection.project_step: a few whole-model ops
     through the workspace), AdamW on u_t per param group (torch's fused kernel, or its foreach ops with
     fused=False), then c_t for every EMA. The op count does not depend on the number of tensors."""
-    u, sums = project_step(grads, emas, projection, orth_eps, workspace, with_update_norm, grad_rows)
+    u, sums = project_step(grads, emas, projection, orth_eps, workspace, with_update_norm)
     scratch = all(a is not b for a, b in zip(u, grads))  # u is ours to overwrite: the AdamW workspace
     for group, idx in runs(groups):
         kernel = adamw_fused if group.fused else adamw_foreach
@@ -208,8 +205,7 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
             sums = orthogonal_adamw(params, grads, emas, exp_avgs, exp_avg_sqs, steps, groups, fresh,
                                     projection=self.projection, orth_init=self.orth_init, orth_eps=self.orth_eps,
                                     impl=impl, with_update_norm=self._cosine is not None,
-                                    workspace=self._workspace, compiled=self._compiled,
-                                    grad_rows=self._grad_rows())
+                                    workspace=self._workspace, compiled=self._compiled)
         except BackendCompilerFailed as e:
             raise RuntimeError(
                 f"OrthogonalAdamW(compile=True): torch.compile could not build the fused step "

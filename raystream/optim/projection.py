@@ -134,43 +134,32 @@ def advance_emas_(emas: Sequence[Tensor], grads: Sequence[Tensor], betas: Sequen
                 c.lerp_(g, weight)
 
 
-GradRows = Optional[List[Tuple[List[int], Tensor]]]  # flat copies of the gradients already made (GradCosine.rows)
-
-
 def project_step(grads: Sequence[Tensor], emas: Sequence[Tensor], projection: str, eps: float,
-                 workspace: Optional[Workspace], with_update_norm: bool,
-                 grad_rows: GradRows = None) -> Tuple[List[Tensor], Sums]:
+                 workspace: Optional[Workspace], with_update_norm: bool) -> Tuple[List[Tensor], Sums]:
     """u_t of every gradient against its EMA (zeros for an EMA without a value: u = g), and the step's sums.
 
     With a `workspace` (the multi-tensor path) fp32/fp64 gradients of the "global" and "per_tensor" scopes go
     through its flat buffer, a few whole-model ops whatever the number of tensors, and u are views into it, valid
     until the next step; otherwise (`dim0`, half precision, the single-tensor path) `coefficients` and
-    `orthogonalize` work tensor by tensor and u are new tensors. `grad_rows`: see `flat_project`.
+    `orthogonalize` work tensor by tensor and u are new tensors.
     """
     if workspace is not None and projection != "dim0" and all(g.dtype == ema_dtype(g) for g in grads):
-        return flat_project(grads, emas, projection, workspace, with_update_norm, grad_rows)
+        return flat_project(grads, emas, projection, workspace, with_update_norm)
     ks, gc, cc = coefficients(grads, emas, projection, eps)
     u = orthogonalize(grads, emas, ks, foreach=workspace is not None)
     return u, (gc, cc, sq_norm(u) if with_update_norm else None)
 
 
 def flat_project(grads: Sequence[Tensor], emas: Sequence[Tensor], projection: str, workspace: Workspace,
-                 with_update_norm: bool, grad_rows: GradRows = None) -> Tuple[List[Tensor], Sums]:
+                 with_update_norm: bool) -> Tuple[List[Tensor], Sums]:
     """`project_step` of the "global" / "per_tensor" scope through the workspace: per (device, dtype), g and c are
-    copied into W = [g; c], every dot product is one or two reductions of W and u = g - k c overwrites row 0.
-    With `grad_rows` (the diagnostics' flat copy of the same gradients, bucketed alike) the global projection reads
-    g from there: one parameter-sized copy less."""
+    copied into W = [g; c], every dot product is one or two reductions of W and u = g - k c overwrites row 0."""
     buffers = workspace.buffers(grads, ema_dtype)
-    shared = grad_rows is not None and projection == "global" and [i for i, _ in grad_rows] == [i for i, _ in buffers]
     parts = []
-    for b, (idx, flat) in enumerate(buffers):
+    for idx, flat in buffers:
+        torch._foreach_copy_(flat.views[0], [grads[i] for i in idx])
         torch._foreach_copy_(flat.views[1], [emas[i] for i in idx])
-        if shared:
-            g, c = grad_rows[b][1], flat.rows[1]
-            parts.append((torch.dot(g, c), torch.dot(c, c)))
-        else:
-            torch._foreach_copy_(flat.views[0], [grads[i] for i in idx])
-            parts.append(flat_dots(flat.data, projection, flat.lengths))
+        parts.append(flat_dots(flat.data, projection, flat.lengths))
     if projection == "global":
         gc, cc = total([a for a, _ in parts]), total([b for _, b in parts])
         ks = [safe_ratio(gc, cc).to(flat.data.device) for _, flat in buffers]
@@ -178,11 +167,8 @@ def flat_project(grads: Sequence[Tensor], emas: Sequence[Tensor], projection: st
         gc, cc = total([a.sum() for a, _ in parts]), total([b.sum() for _, b in parts])
         ks = [safe_ratio(a, b) for a, b in parts]
     u: List[Tensor] = list(grads)
-    for b, ((idx, flat), k) in enumerate(zip(buffers, ks)):
-        if shared:
-            torch.addcmul(grad_rows[b][1], flat.rows[1], k, value=-1, out=flat.rows[0])
-        else:
-            flat_orthogonalize_(flat.data, k, flat.segments if k.dim() else None)
+    for (idx, flat), k in zip(buffers, ks):
+        flat_orthogonalize_(flat.data, k, flat.segments if k.dim() else None)
         for j, i in enumerate(idx):
             u[i] = flat.views[0][j]
     uu = total([torch.dot(flat.data[0], flat.data[0]) for _, flat in buffers]) if with_update_norm else None

@@ -14,7 +14,7 @@ from torch.optim import Optimizer
 
 from raystream.optim.base import OrthogonalMixin, check_hparam, evaluate_closure, gradients_by_group, runs
 from raystream.optim.flat import Workspace
-from raystream.optim.projection import GradRows, Sums, advance_emas_, project_step
+from raystream.optim.projection import Sums, advance_emas_, project_step
 
 
 def sgd_single(params: List[Tensor], grads: List[Tensor], bufs: List[Optional[Tensor]], *, lr: float,
@@ -75,15 +75,14 @@ class SGDGroup(NamedTuple):
 def orthogonal_sgd(params: List[Tensor], grads: List[Tensor], emas: List[Tensor],
                    momentum_buffers: List[Optional[Tensor]], groups: List[SGDGroup], fresh: List[bool], *,
                    projection: str = "global", orth_init: str = "zero", orth_eps: float = 1e-8, foreach: bool = True,
-                   with_update_norm: bool = False, workspace: Optional[Workspace] = None,
-                   grad_rows: GradRows = None) -> Sums:
+                   with_update_norm: bool = False, workspace: Optional[Workspace] = None) -> Sums:
     """One Orthogonal-SGD step of every listed parameter, in place; `momentum_buffers` is filled with new buffers
     where momentum starts. Lists and returns as `orthogonal.orthogonal_adamw`:
 
         u_t = g_t - k c_{t-1} ;  c_t = beta c_{t-1} + (1 - beta) g_t ;  theta <- theta - lr u_t  (torch SGD's update)
     """
     u, sums = project_step(grads, emas, projection, orth_eps, (workspace or Workspace(rows=2)) if foreach else None,
-                           with_update_norm, grad_rows)
+                           with_update_norm)
     kernel = sgd_foreach if foreach else sgd_single
     for group, idx in runs(groups):
         bufs = [momentum_buffers[i] for i in idx]
@@ -132,8 +131,7 @@ class OrthogonalSGD(OrthogonalMixin, Optimizer):
         cos_prev = self._cos_prev(params, grads)
         sums = orthogonal_sgd(params, grads, emas, bufs, groups, fresh, projection=self.projection,
                               orth_init=self.orth_init, orth_eps=self.orth_eps, foreach=self._foreach(),
-                              with_update_norm=self._cosine is not None, workspace=self._workspace,
-                              grad_rows=self._grad_rows())
+                              with_update_norm=self._cosine is not None, workspace=self._workspace)
         for p, b, group in zip(params, bufs, groups):
             if group.momentum != 0:
                 self.state[p]["momentum_buffer"] = b

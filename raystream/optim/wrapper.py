@@ -66,8 +66,7 @@ class Orthogonal(OrthogonalMixin, Optimizer):
         emas, fresh = self._emas(params)
         cos_prev = self._cos_prev(params, grads)
         u, sums = project_step(grads, emas, self.projection, self.orth_eps,
-                               self._workspace if self._projection_foreach else None, self._cosine is not None,
-                               self._grad_rows())
+                               self._workspace if self._projection_foreach else None, self._cosine is not None)
         try:
             for p, g, ui in zip(params, grads, u):
                 # some bases (foreach SGD + nesterov) write into p.grad: never hand them the raw gradient

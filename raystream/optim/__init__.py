@@ -1,6 +1,7 @@
 """raystream.optim: the optimizers of "Learning from Streaming Video with Orthogonal Gradients" (Han et al., 2025).
 
-    OrthogonalAdamW, OrthogonalSGD   the paper's Algorithms 2 and 1 (projection + base update: orthogonal.py, sgd.py)
+    OrthogonalAdamW, OrthogonalSGD   the paper's Algorithms 2 and 1 (orthogonal.py, sgd.py; shaped as torch's adamw)
+    orthogonal_adamw(params, ...)    Algorithm 2 over plain lists: single-tensor reference, multi-tensor, compiled
     OrthogonalAdamW(compile=True)    Algorithm 2 as one torch.compile'd step (compiled.py)
     Orthogonal(base_optimizer)       the projection in front of any torch.optim.Optimizer (wrapper.py)
     SlowerAdamW                      the supplementary baseline: AdamW slowed by 1 - cos(g_t, g_{t-1}) (slower.py)
@@ -15,11 +16,11 @@ Pure torch: no Ray, no raystream.config.
 from raystream.optim.diagnostics import GradCosineTracker
 from raystream.optim.factory import build_optimizer
 from raystream.optim.groups import param_groups
-from raystream.optim.orthogonal import OrthogonalAdamW
+from raystream.optim.orthogonal import OrthogonalAdamW, orthogonal_adamw
 from raystream.optim.projection import project, update_ema
 from raystream.optim.sgd import OrthogonalSGD
 from raystream.optim.slower import SlowerAdamW
 from raystream.optim.wrapper import Orthogonal
 
-__all__ = ["OrthogonalAdamW", "OrthogonalSGD", "SlowerAdamW", "Orthogonal", "build_optimizer", "GradCosineTracker",
-           "param_groups", "project", "update_ema"]
+__all__ = ["OrthogonalAdamW", "orthogonal_adamw", "OrthogonalSGD", "SlowerAdamW", "Orthogonal", "build_optimizer",
+           "GradCosineTracker", "param_groups", "project", "update_ema"]

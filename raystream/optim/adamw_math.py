@@ -10,11 +10,36 @@ multi-tensor kernel, one pass and no temporaries: the default wherever torch sup
 from __future__ import annotations
 
 import math
-from typing import List
+from typing import List, NamedTuple
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
+
+
+class AdamWGroup(NamedTuple):
+    """The hyper-parameters of one param group, as the step functions take them: one object per group, listed once
+    per parameter of the group (`fused`: the group runs torch's fused kernel)."""
+
+    lr: float
+    beta1: float
+    beta2: float
+    eps: float
+    weight_decay: float
+    orth_beta: float
+    maximize: bool
+    fused: bool
+
+    @classmethod
+    def of(cls, group: dict) -> "AdamWGroup":
+        beta1, beta2 = group["betas"]
+        return cls(group["lr"], beta1, beta2, group["eps"], group["weight_decay"], group.get("orth_beta", 0.0),
+                   group["maximize"], bool(group["fused"]))
+
+    def kwargs(self) -> dict:
+        """The keyword arguments of `adamw_single` / `adamw_foreach` / `adamw_fused`."""
+        return dict(lr=self.lr, beta1=self.beta1, beta2=self.beta2, eps=self.eps, weight_decay=self.weight_decay,
+                    maximize=self.maximize)
 
 
 def fused_supported(params: List[Tensor]) -> bool:

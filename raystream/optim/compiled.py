@@ -1,7 +1,7 @@
 """Algorithm 2 as one compiled step: projection, EMA and AdamW fused by torch.compile into two passes over memory.
 
-The stock-op step (orthogonal.py) reads and writes each parameter-sized array about 17 times per step against
-torch's fused AdamW kernel's 7: u_t is materialised, the gradient is copied into the flat [g; c] buffer, c is
+The multi-tensor step (orthogonal.py) reads and writes each parameter-sized array about 19 times per step against
+torch's fused AdamW kernel's 7: g and c are copied into the flat [g; c] scratch buffer, u_t is materialised, c is
 updated in a pass of its own. Here the whole update is written once, element by element, and torch.compile
 (inductor: C++ on CPU, Triton on GPU) turns it into one reduction pass (g . c and c . c of every tensor, reading g
 and c) and one pass that reads p, g, c, m, v and writes p, c, m, v: 11 arrays, the physical bound of the global
@@ -11,7 +11,8 @@ projection.
     u_i = g_i - k c_i ;   c_i <- c_i + (1 - orth_beta)(g_i - c_i)
     AdamW on u_i as torch.optim.AdamW: p <- p (1 - lr wd) - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 
-lr and weight decay are 0-dim tensors, so learning-rate and weight-decay schedules do not recompile; a new set of
+`compiled_orthogonal_adamw` takes the plain lists of orthogonal.orthogonal_adamw. lr and weight decay are 0-dim
+tensors (kept by `CompiledStep`), so learning-rate and weight-decay schedules do not recompile; a new set of
 parameter shapes or a changed beta does. The first compilation takes about a minute for a ViT on two CPU cores
 (cached on disk by inductor afterwards). Every value stays on the device: no host sync.
 
@@ -33,19 +34,20 @@ from torch import Tensor
 from torch._dynamo.exc import FailOnRecompileLimitHit
 from torch._dynamo.utils import counters, guard_failures
 
-from raystream.optim.projection import safe_ratio
+from raystream.optim.adamw_math import AdamWGroup
+from raystream.optim.base import runs
+from raystream.optim.projection import Sums, safe_ratio
 
 
 class Group(NamedTuple):
-    """One param group's tensors and constants. `steps` holds the step counter of each parameter (their AdamW
-    state["step"] are views of it); `lr` and `weight_decay` are 0-dim tensors, so schedules do not recompile."""
+    """One param group's tensors and constants as the compiled function sees them; `lr` and `weight_decay` are
+    0-dim tensors, so schedules do not recompile."""
 
     params: List[Tensor]
     grads: List[Tensor]
     emas: List[Tensor]
     exp_avgs: List[Tensor]
     exp_avg_sqs: List[Tensor]
-    steps: Tensor
     lr: Tensor
     weight_decay: Tensor
     hyper: Tuple[float, float, float, float, bool]  # (beta1, beta2, eps, orth_beta, maximize)
@@ -162,18 +164,41 @@ def _run(args, trace: CompileTrace) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
     return tuple(out)
 
 
-def orthogonal_adamw_(groups: Sequence[Group], projection: str, with_update_norm: bool,
-                      trace: CompileTrace) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
-    """One Orthogonal-AdamW step of every parameter, in place: the step counters and bias corrections (a few
-    device ops per param group, whatever the number of tensors), then the compiled passes. Every parameter must
-    already have its EMA and AdamW state. Returns (sum g . c, sum c . c, sum u . u or None); `trace` counts the
-    steps run compiled and eagerly."""
-    scalars = []
-    for group in groups:
-        beta1, beta2 = group.hyper[:2]
-        lr, t = group.lr, (group.steps + 1).to(group.lr.dtype)
-        scalars.append((1 - lr * group.weight_decay, lr / (1 - beta1 ** t), torch.rsqrt(1 - beta2 ** t)))
-    out = _run((groups, scalars, projection, with_update_norm), trace)
-    for group in groups:  # after the step: one that failed to compile has changed nothing
-        group.steps.add_(1)
+class CompiledStep:
+    """What one optimizer's compiled steps keep between calls: the 0-dim lr and weight-decay tensors of each param
+    group (refilled every step: a kernel argument, not a recompilation) and the `CompileTrace`."""
+
+    def __init__(self):
+        self.trace = CompileTrace()
+        self._hyper: Dict[tuple, Tuple[Tensor, Tensor]] = {}
+
+    def hyper(self, index: int, group: AdamWGroup, like: Tensor) -> Tuple[Tensor, Tensor]:
+        """(lr, weight decay) of the index-th param group of the step as 0-dim tensors like `like`'s dtype and
+        device (a kernel argument: refilled, never re-created, so they are the same graph inputs every step)."""
+        key = (index, like.dtype, like.device)
+        lr, wd = self._hyper.get(key) or self._hyper.setdefault(key, (like.new_zeros(()), like.new_zeros(())))
+        lr.fill_(group.lr)
+        wd.fill_(group.weight_decay)
+        return lr, wd
+
+
+def compiled_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: List[Tensor], exp_avgs: List[Tensor],
+                              exp_avg_sqs: List[Tensor], steps: List[Tensor], groups: List[AdamWGroup], *,
+                              projection: str, with_update_norm: bool, compiled: CompiledStep) -> Sums:
+    """One Orthogonal-AdamW step of every parameter, in place, as the compiled passes: the step counters and bias
+    corrections first (a few device ops per param group, whatever the number of tensors), then `fused_step_`, then
+    the counters advance (one op: a step that failed to compile has changed nothing). Every EMA must hold a value
+    (the first step runs the multi-tensor path). Returns (sum g . c, sum c . c, sum u . u or None); `compiled.trace`
+    counts the steps run compiled and eagerly."""
+    args, scalars = [], []
+    for index, (group, idx) in enumerate(runs(groups)):
+        lr, wd = compiled.hyper(index, group, params[idx[0]])
+        t = torch.stack([steps[i] for i in idx]).to(lr.dtype) + 1
+        scalars.append((1 - lr * wd, lr / (1 - group.beta1 ** t), torch.rsqrt(1 - group.beta2 ** t)))
+        pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
+        args.append(Group(pick(params), pick(grads), pick(emas), pick(exp_avgs), pick(exp_avg_sqs), lr, wd,
+                          (float(group.beta1), float(group.beta2), float(group.eps), float(group.orth_beta),
+                           bool(group.maximize))))
+    out = _run((args, scalars, projection, with_update_norm), compiled.trace)
+    torch._foreach_add_(steps, 1)
     return out

@@ -25,9 +25,9 @@ class OptimizerConfig:
     the run (raystream/train/schedule.py).
 
     `compile` (orthogonal_adamw only) runs projection, EMA and AdamW as one torch.compile'd step: on CPU
-    1.76-1.85x the time of torch's fused AdamW instead of 2.8x (benchmarks/optimizer_step.py), for a compilation of
+    1.75-1.85x the time of torch's fused AdamW instead of 3.4-3.6x (benchmarks/optimizer_step.py), for a compilation of
     about a minute at the run's second step (cached on disk afterwards). It needs a C++ compiler (CPU) or Triton (GPU),
-    fp32 parameters and the global or per_tensor projection.
+    fp32 parameters and the global or per_tensor projection. Off by default: docs/optimizers.md says why.
     """
 
     name: str = "orthogonal_adamw"

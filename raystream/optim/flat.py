@@ -3,7 +3,7 @@ update of every tensor one op, whatever their number.
 
 `Flat(tensors, rows, dtype)` holds `data`, of shape (rows, N) with N the tensors' total size (each row contiguous),
 and for each row a view shaped like each tensor (`views[r][i]`): `torch._foreach_copy_(flat.views[r], grads)` fills
-a row in one op.
+a row in one op. `Workspace` keeps such buffers from one step to the next as scratch space.
 """
 
 from __future__ import annotations
@@ -45,3 +45,24 @@ def buckets(tensors: Sequence[Tensor], dtype_of: Callable[[Tensor], torch.dtype]
     for i, t in enumerate(tensors):
         out.setdefault((t.device, dtype_of(t)), []).append(i)
     return out
+
+
+class Workspace:
+    """Scratch flat buffers for one step, kept for the next step while the tensors' layout (shapes, dtypes, devices)
+    is the same, so a steady run allocates nothing. A step copies into them and reads out of them; nothing else points
+    into them (an optimizer's state never does), so a changed layout only means new buffers."""
+
+    def __init__(self, rows: int):
+        self.rows = rows
+        self._layout: Optional[tuple] = None
+        self._buffers: List[Tuple[List[int], Flat]] = []
+
+    def buffers(self, tensors: Sequence[Tensor], dtype_of: Callable[[Tensor], torch.dtype]) -> List[Tuple[List[int],
+                                                                                                       Flat]]:
+        """(indices into `tensors`, Flat of `rows` rows) per (device, dtype_of) bucket of `tensors`."""
+        layout = tuple((t.shape, t.dtype, t.device) for t in tensors)
+        if layout != self._layout:
+            self._layout = layout
+            self._buffers = [(idx, Flat([tensors[i] for i in idx], rows=self.rows, dtype=dtype))
+                             for (_, dtype), idx in buckets(tensors, dtype_of).items()]
+        return self._buffers

@@ -1,10 +1,12 @@
-"""The orthogonal projection as pure functions of tensors (optax-style), in two forms that tests keep in agreement.
+"""The orthogonal projection and the EMA as pure functions of tensor lists (optax-style), in two forms that tests
+keep in agreement.
 
 On lists of tensors (the reference; also the path for `dim0` and for half-precision parameters):
-    `coefficients` (the dot products) -> `orthogonalize` (u = g - k c) = `project`;  `update_ema` advances c.
-On a flat buffer W of shape (2, N) holding g (row 0) and c (row 1) of many tensors laid end to end (flat.py):
-    `flat_dots` (every dot product in one or two reductions) -> `flat_orthogonalize_` (u = g - k c, written into
-    row 0), so that a step costs the same few ops whatever the number of tensors.
+    `coefficients` (the dot products) -> `orthogonalize` (u = g - k c) = `project`.
+On a flat scratch buffer W of shape (2, N) into which g (row 0) and c (row 1) of many tensors are copied end to end
+(flat.py): `flat_dots` (every dot product in one or two reductions) -> `flat_orthogonalize_` (u = g - k c, written
+into row 0), so that a step costs the same few ops whatever the number of tensors.
+`project_step` picks between them for an optimizer's step; `advance_emas_` (and `update_ema`) advance c.
 Every result stays a tensor on the gradients' device: nothing here reads a value back to the host.
 """
 
@@ -16,7 +18,11 @@ import torch
 from torch import Tensor
 
 from raystream.optim.config import PROJECTIONS
-from raystream.optim.reductions import dot, total
+from raystream.optim.flat import Workspace
+from raystream.optim.reductions import dot, sq_norm, total
+
+# (sum g . c, sum c . c, sum u . u) of a step, for the diagnostics: None where not computed
+Sums = Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]
 
 
 def ema_dtype(p: Tensor) -> torch.dtype:
@@ -105,25 +111,68 @@ def project(grads: Sequence[Tensor], emas: Sequence[Optional[Tensor]], projectio
 def update_ema(emas: Sequence[Optional[Tensor]], grads: Sequence[Tensor], betas: Sequence[float],
                first_grad: bool, foreach: bool = True) -> List[Tensor]:
     """c_t = beta c_{t-1} + (1 - beta) g_t in place; a missing EMA starts as (1 - beta) g (or g for first_grad)."""
-    out: List[Tensor] = []
-    lerp: dict = {}  # beta -> ([c], [g]) for the in-place updates
-    for c, g, beta in zip(emas, grads, betas):
-        if c is None:
-            c = g.to(ema_dtype(g), copy=True)
-            if not first_grad:
-                c.mul_(1 - beta)
-        else:
-            cs, gs = lerp.setdefault(beta, ([], []))
-            cs.append(c)
-            gs.append(g if g.dtype == c.dtype else g.to(c.dtype))
-        out.append(c)
-    for beta, (cs, gs) in lerp.items():
+    out = [c if c is not None else torch.zeros_like(g, dtype=ema_dtype(g)) for c, g in zip(emas, grads)]
+    advance_emas_(out, grads, betas, [c is None for c in emas], first_grad, foreach)
+    return out
+
+
+def advance_emas_(emas: Sequence[Tensor], grads: Sequence[Tensor], betas: Sequence[float], fresh: Sequence[bool],
+                  first_grad: bool, foreach: bool = True) -> None:
+    """c_t = beta c_{t-1} + (1 - beta) g_t in place, as c += (1 - beta)(g - c). `fresh[i]`: emas[i] holds no value
+    yet (zeros, c_0 = 0), so it becomes (1 - beta) g_1, or g_1 itself under `first_grad` (the published code's
+    c_1 = g_1: the same lerp with weight 1). One op per distinct weight."""
+    lerp: dict = {}  # weight -> ([c], [g])
+    for c, g, beta, new in zip(emas, grads, betas, fresh):
+        cs, gs = lerp.setdefault(1.0 if new and first_grad else 1.0 - beta, ([], []))
+        cs.append(c)
+        gs.append(g if g.dtype == c.dtype else g.to(c.dtype))
+    for weight, (cs, gs) in lerp.items():
         if foreach:
-            torch._foreach_lerp_(cs, gs, 1 - beta)
+            torch._foreach_lerp_(cs, gs, weight)
         else:
             for c, g in zip(cs, gs):
-                c.lerp_(g, 1 - beta)
-    return out
+                c.lerp_(g, weight)
+
+
+def project_step(grads: Sequence[Tensor], emas: Sequence[Tensor], projection: str, eps: float,
+                 workspace: Optional[Workspace], with_update_norm: bool) -> Tuple[List[Tensor], Sums]:
+    """u_t of every gradient against its EMA (zeros for an EMA without a value: u = g), and the step's sums.
+
+    With a `workspace` (the multi-tensor path) fp32/fp64 gradients of the "global" and "per_tensor" scopes go
+    through its flat buffer, a few whole-model ops whatever the number of tensors, and u are views into it, valid
+    until the next step; otherwise (`dim0`, half precision, the single-tensor path) `coefficients` and
+    `orthogonalize` work tensor by tensor and u are new tensors.
+    """
+    if workspace is not None and projection != "dim0" and all(g.dtype == ema_dtype(g) for g in grads):
+        return flat_project(grads, emas, projection, workspace, with_update_norm)
+    ks, gc, cc = coefficients(grads, emas, projection, eps)
+    u = orthogonalize(grads, emas, ks, foreach=workspace is not None)
+    return u, (gc, cc, sq_norm(u) if with_update_norm else None)
+
+
+def flat_project(grads: Sequence[Tensor], emas: Sequence[Tensor], projection: str, workspace: Workspace,
+                 with_update_norm: bool) -> Tuple[List[Tensor], Sums]:
+    """`project_step` of the "global" / "per_tensor" scope through the workspace: per (device, dtype), g and c are
+    copied into W = [g; c], every dot product is one or two reductions of W and u = g - k c overwrites row 0."""
+    buffers = workspace.buffers(grads, ema_dtype)
+    parts = []
+    for idx, flat in buffers:
+        torch._foreach_copy_(flat.views[0], [grads[i] for i in idx])
+        torch._foreach_copy_(flat.views[1], [emas[i] for i in idx])
+        parts.append(flat_dots(flat.data, projection, flat.lengths))
+    if projection == "global":
+        gc, cc = total([a for a, _ in parts]), total([b for _, b in parts])
+        ks = [safe_ratio(gc, cc).to(flat.data.device) for _, flat in buffers]
+    else:
+        gc, cc = total([a.sum() for a, _ in parts]), total([b.sum() for _, b in parts])
+        ks = [safe_ratio(a, b) for a, b in parts]
+    u: List[Tensor] = list(grads)
+    for (idx, flat), k in zip(buffers, ks):
+        flat_orthogonalize_(flat.data, k, flat.segments if k.dim() else None)
+        for j, i in enumerate(idx):
+            u[i] = flat.views[0][j]
+    uu = total([torch.dot(flat.data[0], flat.data[0]) for _, flat in buffers]) if with_update_norm else None
+    return u, (gc, cc, uu)
 
 
 def flat_dots(W: Tensor, projection: str, lengths: Tensor) -> Tuple[Tensor, Tensor]:

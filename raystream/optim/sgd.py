@@ -1,17 +1,20 @@
 """Algorithm 1, Orthogonal-SGD: torch.optim.SGD's update (momentum, nesterov, L2 weight decay) on the projected
-gradient u_t. The projection and the EMA are base.py's (see orthogonal.py for the equations); weight decay is added
-to u_t, as SGD adds it to g_t.
+gradient u_t (see orthogonal.py for the equations); weight decay is added to u_t, as SGD adds it to g_t. Shaped
+like orthogonal.py: `orthogonal_sgd` over plain lists, its single-tensor and multi-tensor paths differing in the
+SGD kernel and in how the projection is computed (projection.project_step).
 """
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, NamedTuple, Optional
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from raystream.optim.base import OrthogonalMixin, check_hparam, evaluate_closure, split
+from raystream.optim.base import OrthogonalMixin, check_hparam, evaluate_closure, gradients_by_group, runs
+from raystream.optim.flat import Workspace
+from raystream.optim.projection import Sums, advance_emas_, project_step
 
 
 def sgd_single(params: List[Tensor], grads: List[Tensor], bufs: List[Optional[Tensor]], *, lr: float,
@@ -52,6 +55,46 @@ def sgd_foreach(params: List[Tensor], grads: List[Tensor], bufs: List[Optional[T
     torch._foreach_add_(params, grads, alpha=-lr)
 
 
+class SGDGroup(NamedTuple):
+    """The hyper-parameters of one param group, listed once per parameter of the group."""
+
+    lr: float
+    momentum: float
+    dampening: float
+    weight_decay: float
+    nesterov: bool
+    maximize: bool
+    orth_beta: float
+
+    @classmethod
+    def of(cls, group: dict) -> "SGDGroup":
+        return cls(group["lr"], group["momentum"], group["dampening"], group["weight_decay"], group["nesterov"],
+                   group["maximize"], group["orth_beta"])
+
+
+def orthogonal_sgd(params: List[Tensor], grads: List[Tensor], emas: List[Tensor],
+                   momentum_buffers: List[Optional[Tensor]], groups: List[SGDGroup], fresh: List[bool], *,
+                   projection: str = "global", orth_init: str = "zero", orth_eps: float = 1e-8, foreach: bool = True,
+                   with_update_norm: bool = False, workspace: Optional[Workspace] = None) -> Sums:
+    """One Orthogonal-SGD step of every listed parameter, in place; `momentum_buffers` is filled with new buffers
+    where momentum starts. Lists and returns as `orthogonal.orthogonal_adamw`:
+
+        u_t = g_t - k c_{t-1} ;  c_t = beta c_{t-1} + (1 - beta) g_t ;  theta <- theta - lr u_t  (torch SGD's update)
+    """
+    u, sums = project_step(grads, emas, projection, orth_eps, (workspace or Workspace(rows=2)) if foreach else None,
+                           with_update_norm)
+    kernel = sgd_foreach if foreach else sgd_single
+    for group, idx in runs(groups):
+        bufs = [momentum_buffers[i] for i in idx]
+        kernel([params[i] for i in idx], [u[i] for i in idx], bufs, lr=group.lr, momentum=group.momentum,
+               dampening=group.dampening, weight_decay=group.weight_decay, nesterov=group.nesterov,
+               maximize=group.maximize)
+        for i, b in zip(idx, bufs):
+            momentum_buffers[i] = b
+    advance_emas_(emas, grads, [group.orth_beta for group in groups], fresh, orth_init == "first_grad", foreach)
+    return sums
+
+
 class OrthogonalSGD(OrthogonalMixin, Optimizer):
     """theta <- theta - lr u_t (with optional momentum / nesterov / L2 weight decay, as torch.optim.SGD).
 
@@ -75,18 +118,22 @@ class OrthogonalSGD(OrthogonalMixin, Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         loss = evaluate_closure(closure)
-        groups = self._gradients()
-        if not any(ps for _, ps, _ in groups):
+        params, grads, groups = [], [], []
+        for group, ps, gs in gradients_by_group(self):
+            params += ps
+            grads += gs
+            groups += [SGDGroup.of(group)] * len(ps)
+        if not params:
             return loss
-        foreach = self._foreach()
-        u = self._project(groups, foreach)  # u_t of every parameter
-        kernel = sgd_foreach if foreach else sgd_single
-        for (group, ps, _), us in zip(groups, split(u, groups)):
-            bufs = [self.state[p].get("momentum_buffer") for p in ps]
-            kernel(ps, us, bufs, lr=group["lr"], momentum=group["momentum"], dampening=group["dampening"],
-                   weight_decay=group["weight_decay"], nesterov=group["nesterov"], maximize=group["maximize"])
-            if group["momentum"] != 0:
-                for p, b in zip(ps, bufs):
-                    self.state[p]["momentum_buffer"] = b
-        self._update_emas()  # c_t = beta c_{t-1} + (1 - beta) g_t
+        emas, fresh = self._emas(params)
+        self._store_emas(params, emas, fresh)
+        bufs = [self.state[p].get("momentum_buffer") for p in params]
+        cos_prev = self._cos_prev(params, grads)
+        sums = orthogonal_sgd(params, grads, emas, bufs, groups, fresh, projection=self.projection,
+                              orth_init=self.orth_init, orth_eps=self.orth_eps, foreach=self._foreach(),
+                              with_update_norm=self._cosine is not None, workspace=self._workspace)
+        for p, b, group in zip(params, bufs, groups):
+            if group.momentum != 0:
+                self.state[p]["momentum_buffer"] = b
+        self._record_diagnostics(cos_prev, sums)
         return loss

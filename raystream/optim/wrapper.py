@@ -7,7 +7,9 @@ How it avoids the known pitfalls of optimizer wrappers:
 - it calls `Optimizer.__init__`, so step pre/post hooks registered on the wrapper (and global ones) fire;
 - it shares the base's `param_groups` and `state`, and keeps the EMA in the base's per-parameter state
   (`state[p]["orth_ema"]`), so `state_dict()`/`load_state_dict()` of either object round-trip it;
-- `p.grad` holds u_t only while the base steps and is the raw gradient again afterwards.
+- `p.grad` holds u_t only while the base steps and is the raw gradient again afterwards;
+- a parameter's EMA enters the state after the base's first step on it (a base that initialises its state when
+  `state[p]` is empty must find it empty).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from __future__ import annotations
 import torch
 from torch.optim import Optimizer
 
-from raystream.optim.base import OrthogonalMixin, check_hparam, compact_emas, evaluate_closure
+from raystream.optim.base import OrthogonalMixin, check_hparam, evaluate_closure, gradients_by_group
+from raystream.optim.projection import advance_emas_, project_step
 
 
 class Orthogonal(OrthogonalMixin, Optimizer):
@@ -53,23 +56,29 @@ class Orthogonal(OrthogonalMixin, Optimizer):
     @torch.no_grad()
     def step(self, closure=None):
         loss = evaluate_closure(closure)  # first: the projection must see the gradients the closure produces
-        groups = self._gradients()
-        params = [p for _, ps, _ in groups for p in ps]
-        grads = [g for _, _, gs in groups for g in gs]
-        u = self._project(groups, self._projection_foreach)  # u_t of every parameter
+        by_group = gradients_by_group(self)
+        params = [p for _, ps, _ in by_group for p in ps]
+        grads = [g for _, _, gs in by_group for g in gs]
+        betas = [group["orth_beta"] for group, ps, _ in by_group for _ in ps]
+        if not params:  # the base's step still runs (its hooks fire), on no gradient
+            self.base_optimizer.step()
+            return loss
+        emas, fresh = self._emas(params)
+        cos_prev = self._cos_prev(params, grads)
+        u, sums = project_step(grads, emas, self.projection, self.orth_eps,
+                               self._workspace if self._projection_foreach else None, self._cosine is not None)
         try:
             for p, g, ui in zip(params, grads, u):
-                # u is g itself where there is no EMA yet; some bases (foreach SGD + nesterov) write into p.grad
+                # some bases (foreach SGD + nesterov) write into p.grad: never hand them the raw gradient
                 p.grad = ui.clone() if ui is g else ui
             self.base_optimizer.step()
         finally:
             for p, g in zip(params, grads):
                 p.grad = g
-        self._update_emas()  # c_t = beta c_{t-1} + (1 - beta) g_t
+        self._store_emas(params, emas, fresh)
+        advance_emas_(emas, grads, betas, fresh, self.orth_init == "first_grad", self._projection_foreach)
+        self._record_diagnostics(cos_prev, sums)
         return loss
-
-    def state_dict(self) -> dict:
-        return compact_emas(self.base_optimizer.state_dict())
 
     def load_state_dict(self, state_dict: dict) -> None:
         self.base_optimizer.load_state_dict(state_dict)  # replaces the base's groups and state objects

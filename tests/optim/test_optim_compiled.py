@@ -88,6 +88,9 @@ def test_a_checkpoint_resumes_on_either_path_and_after_a_reset():
         _step(opt, params, grads)
     saved = ({i: p.detach().clone() for i, p in enumerate(params)}, opt.state_dict())
     assert set(saved[1]["state"][0]) == {"step", "exp_avg", "exp_avg_sq", "orth_ema"}
+    owned = [t.untyped_storage().nbytes() == t.numel() * t.element_size() for s in opt.state.values()
+             for t in s.values()]
+    assert all(owned)  # every state tensor, step counters included, is a tensor of its own (no views)
     finals = []
     for compile in (True, False):
         resumed = _params(seed=4)

@@ -22,14 +22,19 @@ tracking store (nothing ran). `bench` (no Ray, no MLflow; raystream/bench/): exi
 from __future__ import annotations
 
 import argparse
+import shlex
+import signal
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
 from raystream.config import ConfigError, compose
 from raystream.config_tree import ConfigTreeError, add_user_dirs
 from raystream.tracking.store import TrackingStoreError
+
+if TYPE_CHECKING:
+    from raystream.tune.sweep import SweepOutcome
 
 
 def _at_least(low: int):
@@ -163,8 +168,6 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return eval_main(cfg, args.target)
     if args.command == "sweep":  # run_sweep checks the tracking store and every cell before Ray starts
-        from raystream.tune.sweep import main as sweep_main
-
         return sweep_main(cfg, overrides=args.overrides, verbose=args.verbose)
     if args.command == "bench" and args.eval:
         from raystream.bench.eval_rates import main as eval_rates_main
@@ -192,6 +195,62 @@ def _dispatch(args: argparse.Namespace) -> int:
     from raystream.data.demo import main as demo_main
 
     return demo_main(cfg)
+
+
+def sweep_main(cfg, overrides: Sequence[str] = (), verbose: bool = False) -> int:
+    """`raystream sweep [overrides] [--verbose]`: run the sweep, print the report table and, last, how to open the
+    comparison of its trials in the MLflow UI."""
+    import ray
+
+    from raystream.tune import console
+    from raystream.tune.sweep import run_sweep
+
+    with console.QuietRay(enabled=not verbose) as quiet:
+        try:
+            outcome = run_sweep(cfg, overrides, verbose=int(verbose), quiet=quiet)
+        finally:
+            ray.shutdown()  # no worker output comes after the summary (in the log file when quiet)
+    return sweep_summary(outcome)
+
+
+def sweep_summary(outcome: "SweepOutcome") -> int:
+    """Print how the sweep ended (the report table, then the MLflow UI lines; or what to run when the tracking store
+    did not answer) and return the exit code: 0, 1 (every trial failed, or records left unsent), 130 / 143
+    (interrupted by Ctrl-C / SIGTERM)."""
+    from raystream.tracking import report, ui
+
+    print()
+    if outcome.interrupted:
+        if outcome.unsent:
+            print(unsent_message(outcome), file=sys.stderr)
+        print(f"sweep {outcome.run_name} interrupted ({outcome.signal}); run the same command again to resume it "
+              f"(finished trials are kept)", file=sys.stderr)
+        return 128 + int(getattr(signal, outcome.signal, signal.SIGINT))  # 130 (Ctrl-C) or 143 (SIGTERM)
+    print(f"sweep {outcome.run_name}: {len(outcome.trials) - len(outcome.failed)} trials finished, "
+          f"{len(outcome.failed)} failed, {outcome.seconds:.0f} s{' (resumed)' if outcome.resumed else ''}")
+    for t in outcome.failed:
+        print(f"  failed trial {t.trial_id} {t.cell}: {t.error}")
+    print()
+    if outcome.unsent:
+        print(unsent_message(outcome), file=sys.stderr, flush=True)
+        return 1
+    report.main(parent=outcome.parent_run_id, tracking_uri=outcome.tracking_uri)
+    print()
+    print("\n".join(ui.open_lines(outcome.tracking_uri, outcome.experiment_id, outcome.run_name,
+                                  len(outcome.trials))), flush=True)
+    return 0 if len(outcome.failed) < len(outcome.trials) else 1
+
+
+def unsent_message(outcome: "SweepOutcome") -> str:
+    """What a sweep that ended during a tracking outage says: what is saved where, and the one command to run."""
+    from raystream.tracking import unsent
+
+    trials = [t for t in outcome.trials if t.unsent]
+    held = f" and the metric values of {len(trials)} trials" if trials else ""
+    return (f"sweep {outcome.run_name}: the MLflow tracking store at {outcome.tracking_uri} does not answer "
+            f"({outcome.tracking_error}): the sweep's end{held} are saved in {outcome.unsent}; MLflow parent run "
+            f"{outcome.parent_run_id} stays RUNNING. When the store answers, write them and close the runs with:\n"
+            f"  {unsent.UPLOAD_COMMAND} {shlex.quote(outcome.unsent)}")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from raystream.tracking import names, unsent
 from raystream.tracking.store import client as mlflow_client_for
 from raystream.tracking.store import end_run, failing_fast, retry, start_run, tracking_uri
 from raystream.train import checkpoint as ckpt_files
-from raystream.train import faults
+from raystream.train import faults, signals
 from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
 from raystream.train.divergence import DivergedError, raise_if_diverged
@@ -219,7 +219,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
             ),
         )
         result = trainer.fit()
-        faults.raise_if_signalled(received)  # SIGTERM: Ray Train aborted the run gracefully
+        signals.raise_if_signalled(received)  # SIGTERM: Ray Train aborted the run gracefully
         raise_if_diverged(result.return_value)
         kept = {Path(c.path).name for c, _ in result.best_checkpoints or []}
         if result.checkpoint is not None:
@@ -246,7 +246,7 @@ def _closed_on_failure(client, run_id: str, name: str) -> Iterator[Dict[str, str
     SIGTERM (a job scheduler, `timeout`, `ray job stop`) is handled as Ctrl-C; the yielded dict names the signal.
     TrackingUnavailable passes through: the store is away, and the upload it names closes the run."""
     received: Dict[str, str] = {}
-    with faults.sigterm_as_sigint(received):
+    with signals.sigterm_as_sigint(received):
         try:
             yield received
         except TrackingUnavailable:
@@ -274,7 +274,7 @@ def _close_failed(client, run_id: str, exc: BaseException, interrupted: bool, si
     try:
         with failing_fast():
             if interrupted:
-                reason = faults.interrupted_cause(signame)
+                reason = names.interrupted_cause(signame)
             else:
                 reason = str(exc) if isinstance(exc, DivergedError) else f"{type(exc).__name__}: {exc}"
             retry(lambda: client.set_tag(run_id, names.TAG_ERROR, reason[:5000]), "tag run")

@@ -18,7 +18,9 @@ from raystream.tracking import report
 from raystream.tracking.report import build_table, find_parent, write_report
 from raystream.tune.space import plan
 from raystream.train import storage
-from raystream.tune.sweep import ParentClose, TrialOutcome, _parent_run, trial_tags
+from raystream.tracking.parent import ParentClose
+from raystream.tune.sweep import TrialOutcome, parent_run
+from raystream.tune.trial import trial_tags
 
 SWEEP = """name: rep
 grid:
@@ -59,7 +61,7 @@ def _populate(mlflow_uri, tmp):
     cfg = compose(["sweep=rep"])
     p = plan(cfg, ["sweep=rep"])
     client = MlflowClient(mlflow_uri)
-    parent = _parent_run(mlflow_uri, "reptest", "rep-run", cfg, p, None)
+    parent = parent_run(mlflow_uri, "reptest", "rep-run", cfg, p, None)
     exp_id = client.get_run(parent).info.experiment_id
     info = {"name": "rep", "run_name": "rep-run", "cell_values": [c.values for c in p.cells]}
     outcomes, n = [], 0

@@ -17,9 +17,10 @@ from mlflow import MlflowClient
 from mlflow_outage import restartable_mlflow
 
 import tune_tiny_fit
+from raystream.cli import sweep_summary
 from raystream.config import compose
 from raystream.tracking import names, unsent
-from raystream.tune.sweep import run_sweep, summary
+from raystream.tune.sweep import run_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -67,7 +68,7 @@ def test_a_sweep_ending_during_an_outage_saves_its_end_and_one_command_writes_it
         assert trial.status == "finished" and trial.unsent and Path(trial.unsent).is_file()
         assert outcome.unsent == str(storage / "sweeps" / outcome.run_name / unsent.SWEEP_FILE_NAME)
         capsys.readouterr()
-        assert summary(outcome) == 1
+        assert sweep_summary(outcome) == 1
         err = capsys.readouterr().err
         assert server.uri in err and outcome.unsent in err and f"raystream tracking upload {outcome.unsent}" in err
         header, _ = unsent.read(outcome.unsent)

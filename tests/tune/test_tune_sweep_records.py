@@ -16,8 +16,9 @@ from raystream.tracking.store import prepare_store
 from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import plan
 from raystream.train import storage
-from raystream.tune.sweep import (ParentClose, TrialOutcome, _outcome, _parent_run, record_failed_trial, trial_tags,
-                                  upload_last_session)
+from raystream.tracking.parent import ParentClose, upload_last_session
+from raystream.tune.sweep import TrialOutcome, _outcome, parent_run
+from raystream.tune.trial import record_failed_trial, trial_tags
 
 
 def _sweep(tmp_path):
@@ -25,7 +26,7 @@ def _sweep(tmp_path):
     prepare_store(uri)
     cfg = compose([])
     p = plan(cfg)
-    return uri, p, _parent_run(uri, "records", "smoke-x", cfg, p, None)
+    return uri, p, parent_run(uri, "records", "smoke-x", cfg, p, None)
 
 
 def _children(client, parent):

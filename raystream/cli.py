@@ -4,7 +4,7 @@
     raystream sweep  [overrides] [--cfg job] [--verbose] [--config-dir DIR]
     raystream eval   TARGET [overrides] [--config-dir DIR]     # TARGET: run dir, checkpoint dir or s3:// URI
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
-    raystream tracking upload FILE [--tracking-uri URI]   # what a tracking outage left unsent
+    raystream tracking upload RECORD [--tracking-uri URI]  # a run's record into MLflow (after a tracking outage)
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
     raystream data make-demo [overrides]
     raystream data correlation [overrides] [--checkpoint PATH] [--steps N] [--device D] [--micro-batch M]
@@ -77,12 +77,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--parent", help="MLflow run id of a sweep's parent run")
     r.add_argument("--out", default=None, help="directory for report.md, report.csv and plots")
 
-    t = sub.add_parser("tracking", help="MLflow records a tracking outage left behind")
+    t = sub.add_parser("tracking", help="a run's record (events.jsonl) and its MLflow mirror")
     tsub = t.add_subparsers(dest="tracking_command", required=True)
-    u = tsub.add_parser("upload", help="write what a tracking outage left (a run's unsent_metrics.jsonl, a sweep's "
-                        "unsent_tracking.jsonl) into MLflow and close the runs")
-    u.add_argument("file", help="the unsent file (path or URI) the run or sweep printed")
-    u.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the one in the file)")
+    u = tsub.add_parser("upload", help="write into MLflow what a run's or a sweep's record (events.jsonl) holds "
+                        "and MLflow lacks (after a tracking outage), closing the runs; safe to repeat")
+    u.add_argument("file", help="the record (path or URI) the run or sweep printed, or a run directory")
+    u.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the one in the record)")
 
     d = sub.add_parser("data", help="demo videos and stream inspection")
     dsub = d.add_subparsers(dest="data_command", required=True)
@@ -146,7 +146,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return report_main(experiment=args.experiment, parent=args.parent, out=args.out)
     if args.command == "tracking":
-        from raystream.tracking.unsent import main as upload_main
+        from raystream.tracking.mirror import main as upload_main
 
         return upload_main(args.file, tracking_uri=args.tracking_uri)
 
@@ -243,14 +243,14 @@ def sweep_summary(outcome: "SweepOutcome") -> int:
 
 def unsent_message(outcome: "SweepOutcome") -> str:
     """What a sweep that ended during a tracking outage says: what is saved where, and the one command to run."""
-    from raystream.tracking import unsent
+    from raystream.tracking import events
 
     trials = [t for t in outcome.trials if t.unsent]
-    held = f" and the metric values of {len(trials)} trials" if trials else ""
+    held = f" and what MLflow lacks of {len(trials)} trials (their records)" if trials else ""
     return (f"sweep {outcome.run_name}: the MLflow tracking store at {outcome.tracking_uri} does not answer "
-            f"({outcome.tracking_error}): the sweep's end{held} are saved in {outcome.unsent}; MLflow parent run "
-            f"{outcome.parent_run_id} stays RUNNING. When the store answers, write them and close the runs with:\n"
-            f"  {unsent.UPLOAD_COMMAND} {shlex.quote(outcome.unsent)}")
+            f"({outcome.tracking_error}): the sweep's end{held} wait in its record {outcome.unsent}; MLflow parent "
+            f"run {outcome.parent_run_id} stays RUNNING. When the store answers, write them and close the runs "
+            f"with:\n  {events.UPLOAD_COMMAND} {shlex.quote(outcome.unsent)}")
 
 
 if __name__ == "__main__":

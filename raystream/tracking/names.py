@@ -12,7 +12,7 @@ Tags: raystream.run_name, raystream.run_dir (the Ray Train run directory: checkp
     raystream.error (why a run failed), raystream.warning.
 Artifacts: config.yaml (resolved config), plots/grad_cosine.png, plots/grad_cosine_hist.png, checkpoint/model.pt,
     checkpoint/meta.json.
-Sweeps (raystream/tune/sweep.py writes them, raystream/tracking/report.py reads them):
+Sweeps (raystream/tracking/parent.py and raystream/tune/ write them, raystream/tracking/report.py reads them):
     parent run tags raystream.role=sweep, raystream.sweep, raystream.sweep_run, raystream.grid (JSON of the axes
     that ran), raystream.sample, raystream.command, raystream.trials_<finished|failed|unfinished>,
     raystream.active_seconds; artifact sweep/trials.json (every trial's grid values, status, error);

@@ -9,18 +9,17 @@ ran: its end time is its start time plus the seconds of every session (tag `rays
 
 from __future__ import annotations
 
-import shlex
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from raystream.tracking import names, ui, unsent
+from raystream.tracking import events, names, ui
+from raystream.tracking.mirror import mirror_now
 from raystream.tracking.names import ERROR_TAG, TRIALS_ARTIFACT
 from raystream.tracking.store import client as mlflow_client
-from raystream.tracking.store import experiment_id, failing_fast, retry
+from raystream.tracking.store import experiment_id, retry
 from raystream.uris import first_line
 
 META_FILE = "raystream_sweep.json"  # beside the Tune experiment: the parent run id, fingerprint, seconds run
@@ -81,80 +80,66 @@ def git_commit() -> str:
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-
-def upload_last_session(path, uri: str) -> None:
-    """Write what the sweep's last session left unsent (its end during a tracking outage) before it goes on: a
-    later end would replace that file. The store answers now (`prepare_store`); when it refuses, say so."""
-    left = unsent.path_in(path.uri, unsent.SWEEP_FILE_NAME)
-    if not unsent.exists(left):
-        return
-    try:
-        with failing_fast():
-            unsent.upload(left, uri)
-    except Exception as exc:
-        print(f"raystream: WARNING: could not write {left} (the end of this sweep's last session, left by a tracking "
-              f"outage) into MLflow at {uri}: {type(exc).__name__}: {exc}; it is kept: run `{unsent.UPLOAD_COMMAND} "
-              f"{shlex.quote(left)}` to retry", file=sys.stderr, flush=True)
-
-
 class ParentClose:
     """The end of a sweep session on its MLflow parent run: every trial's status and error (tags and the
     `sweep/trials.json` artifact), the UI view, the trials an interrupt stopped (KILLED), and the run's status
     and end time. Its end time is its start time plus the seconds every session of the sweep ran (kept in the
     sweep's meta file), so MLflow's duration leaves out the pauses between interrupt and resume.
 
-    Written at once when the store answers; else saved, with the trials' own unsent files, to the sweep's
-    `unsent_tracking.jsonl` (`raystream tracking upload` writes it all later): a tracking outage at the end of a
-    sweep costs a command, not the sweep's record."""
+    Appended to the sweep's record (`<sweep dir>/events.jsonl`, `raystream.tracking.events`), after the records
+    of the trials that MLflow did not take in full, and mirrored at once. When the store does not answer it all
+    waits in the record, and `raystream tracking upload <record>` (or the sweep's resume) writes it later: a
+    tracking outage at the end of a sweep costs a command, not the sweep's record."""
 
-    def __init__(self, client, uri: str, parent_info, run_name: str, path, meta: Dict[str, Any],
-                 session_start: float):
-        """`parent_info`: the parent run's `RunInfo`, read when the sweep started (the store may fail later)."""
-        self.client, self.uri, self.run_name = client, uri, run_name
+    def __init__(self, uri: str, parent_info, run_name: str, path, meta: Dict[str, Any], session_start: float):
+        """`parent_info`: the parent run's `RunInfo`, read when the sweep started (the store may fail later);
+        `path`: the sweep's directory (`raystream.train.storage.Storage`)."""
+        self.uri, self.run_name = uri, run_name
         self.parent, self.experiment_id, self.start_ms = parent_info.run_id, parent_info.experiment_id, \
             parent_info.start_time
         self.path, self.meta, self.session_start = path, meta, session_start
-        self.saved: Optional[str] = None  # the unsent file, when the store did not answer
+        self.saved: Optional[str] = None  # the sweep's record, when the store did not take all of it
 
     def record(self, status: str, signame: str = "SIGINT", trials: Optional[Sequence[Any]] = None,
-               view: Optional[Sequence[str]] = None, failure: Optional[str] = None) -> Dict[str, Any]:
-        """What to write, as an unsent file's header (`raystream.tracking.unsent`). `trials`: the sweep's trials
-        (each with `trial_id`, `cell`, `config`, `status` finished | failed | unfinished, `error`, `unsent`);
+               view: Optional[Sequence[str]] = None, failure: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The events of this session's end. `trials`: the sweep's trials (each with `trial_id`, `cell`, `config`,
+        `status` finished | failed | unfinished, `error`, and `unsent`: its record when MLflow lacks part of it);
         `failure`: why the sweep itself failed (`raystream.error` of a FAILED parent)."""
         active = float(self.meta.get("active_s", 0.0)) + (time.time() - self.session_start)
         self.meta["active_s"] = active
+        run = self.parent
         tags = {names.ACTIVE_SECONDS_TAG: f"{active:.1f}"}
-        header: Dict[str, Any] = {"mlflow_run_id": self.parent, "tracking_uri": self.uri, "end_status": status,
-                                  "end_time": int(self.start_ms + active * 1000), "tags": tags}
+        after: List[Dict[str, Any]] = []
         if trials is not None:
             for state in ("finished", "failed", "unfinished"):
                 tags[names.trials_count_tag(state)] = str(sum(t.status == state for t in trials))
-            header["artifacts"] = {TRIALS_ARTIFACT: [{"trial_id": t.trial_id, "cell": t.cell, "config": t.config,
-                                                      "status": t.status, "error": t.error} for t in trials]}
-            header["also"] = [t.unsent for t in trials if t.unsent]
+            after.append(events.artifact(run, TRIALS_ARTIFACT, [
+                {"trial_id": t.trial_id, "cell": t.cell, "config": t.config, "status": t.status, "error": t.error}
+                for t in trials]))
         if view is not None:
-            key, state = ui.view_tag(self.run_name, view)
-            header["experiment_tags"] = {self.experiment_id: {key: state}}
+            after.append(events.experiment_tag(self.experiment_id, *ui.view_tag(self.run_name, view)))
         if failure:
             tags[ERROR_TAG] = failure
         if status == "KILLED":
-            cause = names.interrupted_cause(signame)
-            tags[ERROR_TAG] = cause
-            header["end_children"] = {"cause": cause, "trials": [t.trial_id for t in trials or ()
-                                                                 if t.status == "unfinished"]}
-        return header
+            tags[ERROR_TAG] = names.interrupted_cause(signame)
+            after.append(events.end_children(run, tags[ERROR_TAG], [t.trial_id for t in trials or ()
+                                                                    if t.status == "unfinished"]))
+        return [events.opened(run, self.uri), *(events.record(t.unsent) for t in trials or () if t.unsent),
+                *(events.tag(run, k, v) for k, v in tags.items()), *after,
+                events.end(run, status, int(self.start_ms + active * 1000))]
 
     def end(self, status: str, signame: str = "SIGINT", trials: Optional[Sequence[Any]] = None,
             view: Optional[Sequence[str]] = None, failure: Optional[str] = None) -> Optional[str]:
         """Write the end of this session with `status`; None when written, else why the store refused it (what it
-        did not take is then in `self.saved`)."""
-        header = self.record(status, signame, trials, view, failure)
+        did not take then waits in the sweep's record, `self.saved`)."""
+        where = events.path_in(self.path.uri)
+        record = events.Record(where)
+        record.append(self.record(status, signame, trials, view, failure))
+        record.close()
         self.path.write_json(META_FILE, self.meta)
         try:
-            with failing_fast():
-                unsent.apply(self.client, header, [])
+            mirror_now(where)
             return None
         except Exception as exc:
-            self.saved = unsent.path_in(self.path.uri, unsent.SWEEP_FILE_NAME)
-            unsent.write(self.saved, header, [])
+            self.saved = where
             return first_line(exc, 300)

@@ -31,10 +31,10 @@ Ctrl+C (exit 130) or SIGTERM (exit 143) ends the parent run and the child runs o
 The parent's duration in MLflow is the time the sweep ran: its end time is its start time plus the seconds of every
 session (tag `raystream.active_seconds`), so the pause between an interrupt and the resume is not counted.
 
-A tracking outage: a trial that trains to the end while the store does not answer is finished, its metric values in
-its run directory's unsent file; when the store is still away as the sweep ends, what the sweep writes to its parent
-run is saved with them (`raystream.tracking.parent.ParentClose`), the sweep exits 1 naming
-`raystream tracking upload <file>`, and a resume writes it first.
+A tracking outage: a trial that trains to the end while the store does not answer is finished, what MLflow lacks
+of it waiting in its run's record (`<run dir>/events.jsonl`); when the store is still away as the sweep ends, the
+sweep's end waits in the sweep's record, which names theirs (`raystream.tracking.parent.ParentClose`), the sweep
+exits 1 naming `raystream tracking upload <record>`, and a resume writes it first.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from raystream import config_tree
 from raystream.config import ConfigError
-from raystream.tracking import names, ui, unsent
+from raystream.tracking import events, names, ui
 from raystream.tracking.names import GRID_TAG_PREFIX, ROLE_TAG, SWEEP_RUN_TAG, SWEEP_TAG
-from raystream.tracking.parent import (META_FILE, ParentClose, ParentRecord, git_commit, open_parent,
-                                       upload_last_session)
+from raystream.tracking.mirror import catch_up
+from raystream.tracking.parent import META_FILE, ParentClose, ParentRecord, git_commit, open_parent
 from raystream.tracking.store import client as mlflow_client
 from raystream.tracking.store import prepare_store, retry, tracking_uri
 from raystream.train import signals
@@ -67,7 +67,7 @@ from raystream.tune.concurrency import trials_in_flight
 from raystream.tune.lock import SweepLock
 from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import SweepPlan, optuna_space, plan, structured
-from raystream.tune.trial import UNSENT_RESULT_KEY, error_text, trial_main
+from raystream.tune.trial import RECORD_RESULT_KEY, error_text, trial_main
 
 DRIVER_MEMORY = 200 * 1024 ** 2  # bytes reserved by each trial's driver (the function trainable)
 
@@ -81,7 +81,7 @@ class TrialOutcome:
     status: str  # finished (incl. stopped early by ASHA) | failed | unfinished (interrupted: resume to run it)
     error: Optional[str] = None
     metrics: Dict[str, Any] = field(default_factory=dict)
-    unsent: Optional[str] = None  # trained to the end during a tracking outage: its unsent-metrics file
+    unsent: Optional[str] = None  # trained to the end during a tracking outage: its record, which MLflow lacks
 
 
 @dataclass
@@ -95,7 +95,7 @@ class SweepOutcome:
     trials: List[TrialOutcome]
     seconds: float
     experiment_id: str = ""
-    unsent: Optional[str] = None  # the tracking store did not answer at the end: what it did not take is saved here
+    unsent: Optional[str] = None  # the store did not answer at the end: the sweep's record, which MLflow lacks
     tracking_error: str = ""
     signal: str = "SIGINT"  # what interrupted it (SIGTERM: a job scheduler, `timeout`), when it was interrupted
 
@@ -158,7 +158,7 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
     quiet.route_worker_output()
 
     experiment = cfg.mlflow.experiment
-    upload_last_session(path, uri)  # what the store did not take when this sweep last ended, before it goes on
+    catch_up(events.path_in(path.uri), "the end of this sweep's last session")  # before this session goes on
     parent = parent_run(uri, experiment, run_name, cfg, the_plan, meta)
     client = mlflow_client(uri)
     parent_info = retry(lambda: client.get_run(parent), "get parent run").info  # read now: the store may fail later
@@ -167,7 +167,7 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
             "experiment": experiment, "sweep": the_plan.name, "active_s": float((meta or {}).get("active_s", 0.0))
             if meta and meta.get("parent_run_id") == parent else 0.0}
     path.write_json(META_FILE, meta)
-    closing = ParentClose(client, uri, parent_info, run_name, path, meta, session_start)
+    closing = ParentClose(uri, parent_info, run_name, path, meta, session_start)
 
     received: Dict[str, str] = {}  # SIGTERM stops the sweep as Ctrl-C does, from here on
     try:
@@ -181,8 +181,8 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
                                 failure=None if interrupted else error_text(exc))
             if error:
                 print(f"raystream: sweep {run_name} {'interrupted' if interrupted else 'failed'}, and the MLflow "
-                      f"tracking store at {uri} does not answer ({error}): the end of the session is saved in "
-                      f"{closing.saved}, and written when the sweep resumes (or by `{unsent.UPLOAD_COMMAND} "
+                      f"tracking store at {uri} does not answer ({error}): the end of the session waits in "
+                      f"{closing.saved}, and is written when the sweep resumes (or by `{events.UPLOAD_COMMAND} "
                       f"{shlex.quote(closing.saved)}`)", file=sys.stderr, flush=True)
             raise
         saved = _saved_trials(path.uri)
@@ -407,5 +407,5 @@ def _outcome(result, the_plan: SweepPlan, saved: Dict[str, Any]) -> TrialOutcome
     if result.error is not None:
         return TrialOutcome(trial_id, cell, config, "failed", error=error_text(result.error), metrics=metrics)
     return TrialOutcome(trial_id, cell, config, "finished", metrics=metrics,
-                        unsent=metrics.get(UNSENT_RESULT_KEY) or None)
+                        unsent=metrics.get(RECORD_RESULT_KEY) or None)
 

@@ -1,7 +1,8 @@
 """One trial of a sweep, run by Tune in the trial's driver actor: the cell's config plus its sampled values,
 checked, then one Ray Train run (`raystream.train.run.fit`, or a stand-in with its signature) whose MLflow child run
 carries the trial's grid and sampled values. A trial that fails is recorded as a FAILED child run with its reason;
-one that trains to the end during a tracking outage returns, with its result, the file its record waits in.
+one that trains to the end during a tracking outage returns, with its result, its record (which MLflow lacks
+part of).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import apply_values, structured
 
 ERROR_CHARS = 500
-UNSENT_RESULT_KEY = "unsent_metrics"  # in a trial's result: the file its metric values wait in (tracking outage)
+RECORD_RESULT_KEY = "unsent_record"  # in a trial's result: its record, which MLflow lacks part of (an outage)
 
 
 def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[str, Any]) -> Dict[str, Any]:
@@ -55,7 +56,7 @@ def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[s
         final = info["fit"](cfg, run_name=run_name, callbacks=callbacks, mlflow_parent_run_id=info["parent_run_id"],
                             mlflow_tags=tags, **extra)
     except TrackingUnavailable as exc:  # trained to the end: its run stays RUNNING until the sweep's upload
-        final = {**exc.final, UNSENT_RESULT_KEY: exc.path}
+        final = {**exc.final, RECORD_RESULT_KEY: exc.path}
     except Exception as exc:
         with failing_fast():  # the store may be what failed: no minutes of HTTP retries
             record_failed_trial(tracking_uri(cfg), info["parent_run_id"], run_name, tags, exc)

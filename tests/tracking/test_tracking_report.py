@@ -86,7 +86,7 @@ def _populate(mlflow_uri, tmp):
             client.log_batch(run.info.run_id, metrics=metrics)
             client.set_terminated(run.info.run_id, "FINISHED")
             outcomes.append(TrialOutcome(tid, cell.values, {}, "finished"))
-    ParentClose(client, mlflow_uri, client.get_run(parent).info, "rep-run", storage.resolve(str(tmp)), {},
+    ParentClose(mlflow_uri, client.get_run(parent).info, "rep-run", storage.resolve(str(tmp)), {},
                 time.time()).end("FINISHED", trials=outcomes)
     return client, parent
 

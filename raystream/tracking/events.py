@@ -5,7 +5,7 @@ the local file is the record, MLflow its mirror; a tracking outage is no mode of
 
 One JSON object a line, each one MLflow write (`run`: the MLflow run id it goes to):
     {"kind": "open", "run", "tracking_uri"}              where the events after it go (written at each opening)
-    {"kind": "metric", "run", "key", "value", "step", "timestamp"}
+    {"kind": "metrics", "run", "step", "timestamp", "values": {key: value}}   one step's metric values
     {"kind": "tag", "run", "key", "value"}
     {"kind": "json" | "text", "run", "name", "content"}  an artifact file `name` with this content
     {"kind": "files", "run", "folder", "sources"}        files (paths or URIs) copied under an artifact folder
@@ -48,8 +48,8 @@ def opened(run: str, tracking_uri: str) -> Dict[str, Any]:
     return {"kind": "open", "run": run, "tracking_uri": tracking_uri}
 
 
-def metric(run: str, key: str, value: float, step: int, timestamp: int) -> Dict[str, Any]:
-    return {"kind": "metric", "run": run, "key": key, "value": value, "step": step, "timestamp": timestamp}
+def metrics(run: str, step: int, values: Dict[str, float], timestamp: int) -> Dict[str, Any]:
+    return {"kind": "metrics", "run": run, "step": step, "timestamp": timestamp, "values": values}
 
 
 def tag(run: str, key: str, value: Any) -> Dict[str, Any]:
@@ -158,8 +158,9 @@ class Record:
         """The highest step of each metric of run `run` in the record."""
         last: Dict[str, int] = {}
         for e, _ in self.read():
-            if e["kind"] == "metric" and e["run"] == run:
-                last[e["key"]] = max(last.get(e["key"], -1), int(e["step"]))
+            if e["kind"] == "metrics" and e["run"] == run:
+                for key in e["values"]:
+                    last[key] = max(last.get(key, -1), int(e["step"]))
         return last
 
     def sync(self, force: bool = False) -> None:

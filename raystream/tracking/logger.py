@@ -68,16 +68,16 @@ class StepLogger:
     def log(self, metrics: Mapping[str, float], step: int) -> int:
         """Append `metrics` at `step` to the record, skipping pairs already taken and non-finite values. Returns
         how many."""
-        now = int(time.time() * 1000)
-        kept = []
+        kept: Dict[str, float] = {}
         for key, value in metrics.items():
             value = float(value)
             if not math.isfinite(value) or step <= self._last.get(key, -1):
                 continue
             self._last[key] = int(step)
-            kept.append(events.metric(self.run_id, key, value, int(step), now))
-        self.record.append(kept)
-        self.record.flush()  # one write a step: the writer sees it at its next look, flushed or not
+            kept[key] = value
+        if kept:
+            self.record.append([events.metrics(self.run_id, int(step), kept, int(time.time() * 1000))])
+            self.record.flush()  # one line a step: the writer sees it at its next look, flushed or not
         return len(kept)
 
     @property
@@ -152,7 +152,8 @@ class StepLogger:
             self._warned = True
             print(f"raystream: WARNING: the MLflow tracking store at {self.uri} has not answered for "
                   f"{now - self._failing_since:.0f} s ({self._error}). Training goes on; "
-                  f"{len(self.record.pending())} events wait in {self.record.where} and will be written when it answers.", file=sys.stderr, flush=True)
+                  f"{len(self.record.pending())} events wait in {self.record.where} and will be written when it "
+                  "answers.", file=sys.stderr, flush=True)
 
     def _recovered(self) -> None:
         if self._failing_since is None:

@@ -52,10 +52,11 @@ class Mirror:
         written, i = 0, 0
         while i < len(pending):
             event, offset = pending[i]
-            if event["kind"] == "metric":
-                j = i
-                while (j < len(pending) and j - i < MAX_METRICS_PER_BATCH and pending[j][0]["kind"] == "metric"
+            if event["kind"] == "metrics":  # with the steps after it, of the same run: up to a batch of values
+                j, values = i, 0
+                while (j < len(pending) and values < MAX_METRICS_PER_BATCH and pending[j][0]["kind"] == "metrics"
                        and pending[j][0]["run"] == event["run"]):
+                    values += len(pending[j][0]["values"])
                     j += 1
                 written += self._metrics(event["run"], [e for e, _ in pending[i:j]])
                 offset = pending[j - 1][1]
@@ -82,20 +83,20 @@ class Mirror:
 
         client = self._client()
         recorded = self._recorded.setdefault(run, {})
-        for key in {e["key"] for e in found} - set(recorded):
+        for key in {k for e in found for k in e["values"]} - set(recorded):
             history = self._retry(lambda k=key: client.get_metric_history(run, k), "read metric history")
             recorded[key] = max((m.step for m in history), default=-1)
-        todo = [Metric(key=e["key"], value=float(e["value"]), timestamp=int(e["timestamp"]), step=int(e["step"]))
-                for e in found if int(e["step"]) > recorded[e["key"]]]
-        if not todo:
-            return 0
-        try:
-            self._retry(lambda: client.log_batch(run, metrics=todo), "log metrics")
-        except Exception:
-            self._recorded.pop(run, None)  # it may have been committed before the connection dropped: read again
-            raise
-        for m in todo:
-            recorded[m.key] = max(recorded[m.key], m.step)
+        todo = [Metric(key=k, value=float(v), timestamp=int(e["timestamp"]), step=int(e["step"]))
+                for e in found for k, v in e["values"].items() if int(e["step"]) > recorded[k]]
+        for i in range(0, len(todo), MAX_METRICS_PER_BATCH):
+            batch = todo[i:i + MAX_METRICS_PER_BATCH]
+            try:
+                self._retry(lambda: client.log_batch(run, metrics=batch), "log metrics")
+            except Exception:
+                self._recorded.pop(run, None)  # it may have been committed before the connection dropped: read again
+                raise
+            for m in batch:
+                recorded[m.key] = max(recorded[m.key], m.step)
         return len(todo)
 
     def _apply(self, event: Dict[str, Any]) -> None:

@@ -105,7 +105,7 @@ def test_a_record_in_a_bucket_is_copied_there_and_read_back_on_another_node(s3_e
     where = events.path_in(f"s3://{s3_env_set.bucket}/results/run-1")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "node-a"))
     here = events.Record(where)
-    here.append([events.metric("r", "loss", 1.0, 0, 0), events.metric("r", "loss", 0.5, 1, 0)])
+    here.append([events.metrics("r", 0, {"loss": 1.0}, 0), events.metrics("r", 1, {"loss": 0.5}, 0)])
     here.flush()
     here.set_mirrored(here.read()[0][1])  # the first value is in MLflow
     here.close()

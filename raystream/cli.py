@@ -4,7 +4,7 @@
     raystream sweep  [overrides] [--cfg job] [--verbose] [--config-dir DIR]
     raystream eval   TARGET [overrides] [--config-dir DIR]     # TARGET: run dir, checkpoint dir or s3:// URI
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
-    raystream tracking upload FILE [--tracking-uri URI]   # what a tracking outage left unsent
+    raystream tracking upload RECORD [--tracking-uri URI]  # a run's record into MLflow (after a tracking outage)
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
     raystream data make-demo [overrides]
     raystream data correlation [overrides] [--checkpoint PATH] [--steps N] [--device D] [--micro-batch M]
@@ -22,14 +22,19 @@ tracking store (nothing ran). `bench` (no Ray, no MLflow; raystream/bench/): exi
 from __future__ import annotations
 
 import argparse
+import shlex
+import signal
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from omegaconf import OmegaConf
 
 from raystream.config import ConfigError, compose
 from raystream.config_tree import ConfigTreeError, add_user_dirs
 from raystream.tracking.store import TrackingStoreError
+
+if TYPE_CHECKING:
+    from raystream.tune.sweep import SweepOutcome
 
 
 def _at_least(low: int):
@@ -72,12 +77,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--parent", help="MLflow run id of a sweep's parent run")
     r.add_argument("--out", default=None, help="directory for report.md, report.csv and plots")
 
-    t = sub.add_parser("tracking", help="MLflow records a tracking outage left behind")
+    t = sub.add_parser("tracking", help="a run's record (events.jsonl) and its MLflow mirror")
     tsub = t.add_subparsers(dest="tracking_command", required=True)
-    u = tsub.add_parser("upload", help="write what a tracking outage left (a run's unsent_metrics.jsonl, a sweep's "
-                        "unsent_tracking.jsonl) into MLflow and close the runs")
-    u.add_argument("file", help="the unsent file (path or URI) the run or sweep printed")
-    u.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the one in the file)")
+    u = tsub.add_parser("upload", help="write into MLflow what a run's or a sweep's record (events.jsonl) holds "
+                        "and MLflow lacks (after a tracking outage), closing the runs; safe to repeat")
+    u.add_argument("file", help="the record (path or URI) the run or sweep printed, or a run directory")
+    u.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the one in the record)")
 
     d = sub.add_parser("data", help="demo videos and stream inspection")
     dsub = d.add_subparsers(dest="data_command", required=True)
@@ -141,7 +146,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return report_main(experiment=args.experiment, parent=args.parent, out=args.out)
     if args.command == "tracking":
-        from raystream.tracking.unsent import main as upload_main
+        from raystream.tracking.mirror import main as upload_main
 
         return upload_main(args.file, tracking_uri=args.tracking_uri)
 
@@ -163,8 +168,6 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return eval_main(cfg, args.target)
     if args.command == "sweep":  # run_sweep checks the tracking store and every cell before Ray starts
-        from raystream.tune.sweep import main as sweep_main
-
         return sweep_main(cfg, overrides=args.overrides, verbose=args.verbose)
     if args.command == "bench" and args.eval:
         from raystream.bench.eval_rates import main as eval_rates_main
@@ -192,6 +195,62 @@ def _dispatch(args: argparse.Namespace) -> int:
     from raystream.data.demo import main as demo_main
 
     return demo_main(cfg)
+
+
+def sweep_main(cfg, overrides: Sequence[str] = (), verbose: bool = False) -> int:
+    """`raystream sweep [overrides] [--verbose]`: run the sweep, print the report table and, last, how to open the
+    comparison of its trials in the MLflow UI."""
+    import ray
+
+    from raystream.tune import console
+    from raystream.tune.sweep import run_sweep
+
+    with console.QuietRay(enabled=not verbose) as quiet:
+        try:
+            outcome = run_sweep(cfg, overrides, verbose=int(verbose), quiet=quiet)
+        finally:
+            ray.shutdown()  # no worker output comes after the summary (in the log file when quiet)
+    return sweep_summary(outcome)
+
+
+def sweep_summary(outcome: "SweepOutcome") -> int:
+    """Print how the sweep ended (the report table, then the MLflow UI lines; or what to run when the tracking store
+    did not answer) and return the exit code: 0, 1 (every trial failed, or records left unsent), 130 / 143
+    (interrupted by Ctrl-C / SIGTERM)."""
+    from raystream.tracking import report, ui
+
+    print()
+    if outcome.interrupted:
+        if outcome.unsent:
+            print(unsent_message(outcome), file=sys.stderr)
+        print(f"sweep {outcome.run_name} interrupted ({outcome.signal}); run the same command again to resume it "
+              f"(finished trials are kept)", file=sys.stderr)
+        return 128 + int(getattr(signal, outcome.signal, signal.SIGINT))  # 130 (Ctrl-C) or 143 (SIGTERM)
+    print(f"sweep {outcome.run_name}: {len(outcome.trials) - len(outcome.failed)} trials finished, "
+          f"{len(outcome.failed)} failed, {outcome.seconds:.0f} s{' (resumed)' if outcome.resumed else ''}")
+    for t in outcome.failed:
+        print(f"  failed trial {t.trial_id} {t.cell}: {t.error}")
+    print()
+    if outcome.unsent:
+        print(unsent_message(outcome), file=sys.stderr, flush=True)
+        return 1
+    report.main(parent=outcome.parent_run_id, tracking_uri=outcome.tracking_uri)
+    print()
+    print("\n".join(ui.open_lines(outcome.tracking_uri, outcome.experiment_id, outcome.run_name,
+                                  len(outcome.trials))), flush=True)
+    return 0 if len(outcome.failed) < len(outcome.trials) else 1
+
+
+def unsent_message(outcome: "SweepOutcome") -> str:
+    """What a sweep that ended during a tracking outage says: what is saved where, and the one command to run."""
+    from raystream.tracking import events
+
+    trials = [t for t in outcome.trials if t.unsent]
+    held = f" and what MLflow lacks of {len(trials)} trials (their records)" if trials else ""
+    return (f"sweep {outcome.run_name}: the MLflow tracking store at {outcome.tracking_uri} does not answer "
+            f"({outcome.tracking_error}): the sweep's end{held} wait in its record {outcome.unsent}; MLflow parent "
+            f"run {outcome.parent_run_id} stays RUNNING. When the store answers, write them and close the runs "
+            f"with:\n  {events.UPLOAD_COMMAND} {shlex.quote(outcome.unsent)}")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 
     tracking_uri(cfg) -> str         # cfg.mlflow.tracking_uri, else MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db
     start_run(client, experiment=, uri=, run_name=, parent_run_id=, tags=, resume_run_id=) -> run id
-    StepLogger(uri, run_id, unsent=).log(metrics, step); .flush(); .close()  # each (metric, step) once, never
-                                                           # blocking: buffered through a tracking outage
-    unsent.upload(file)              # `raystream tracking upload`: what an outage left beside the checkpoints
+    StepLogger(uri, run_id, record).log(metrics, step); .flush(); .close()  # each (metric, step) once, never
+                                                           # blocking: appended to the record, mirrored behind
+    events.Record(path)              # a run's record, <run dir>/events.jsonl: every write to MLflow, in order
+    mirror.mirror_now(path)          # the record into MLflow by (key, step); `raystream tracking upload`
+    parent.open_parent / ParentClose # a sweep's parent run: created or resumed, and each session's end
     grad_cosine_plots(series, out_dir)                     # the paper's Figures 1 and 3
     prepare_store(uri, create=True)  # before Ray starts: reachable, writable, a new sqlite store fully created
     report.main(experiment=, parent=, out=)                # `raystream report`: a sweep's table from MLflow

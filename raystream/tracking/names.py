@@ -12,7 +12,7 @@ Tags: raystream.run_name, raystream.run_dir (the Ray Train run directory: checkp
     raystream.error (why a run failed), raystream.warning.
 Artifacts: config.yaml (resolved config), plots/grad_cosine.png, plots/grad_cosine_hist.png, checkpoint/model.pt,
     checkpoint/meta.json.
-Sweeps (raystream/tune/sweep.py writes them, raystream/tracking/report.py reads them):
+Sweeps (raystream/tracking/parent.py and raystream/tune/ write them, raystream/tracking/report.py reads them):
     parent run tags raystream.role=sweep, raystream.sweep, raystream.sweep_run, raystream.grid (JSON of the axes
     that ran), raystream.sample, raystream.command, raystream.trials_<finished|failed|unfinished>,
     raystream.active_seconds; artifact sweep/trials.json (every trial's grid values, status, error);
@@ -78,6 +78,9 @@ CELL_TAG = "raystream.cell"
 GRID_TAG_PREFIX = "raystream.grid."  # child: raystream.grid.<key> = its grid value
 SAMPLE_TAG_PREFIX = "raystream.sample."  # child: raystream.sample.<key> = its sampled value
 ERROR_TAG = "raystream.error"  # why a trial failed, on its child run
+# The `raystream.error` of a run (or sweep) a signal interrupted (ended KILLED), by the signal's name.
+INTERRUPTED_CAUSES = {"SIGINT": "interrupted (SIGINT: Ctrl-C)",
+                      "SIGTERM": "interrupted (SIGTERM: a job scheduler, `timeout` or `ray job stop`)"}
 TRIALS_ARTIFACT = "sweep/trials.json"  # on the parent run: every trial's grid values, status and error
 
 
@@ -109,6 +112,11 @@ def trial_run_name(values, sampled=None) -> str:
     parts = [short_value(k, values[k]) for k in keys]
     parts += [short_value(k, v) for k, v in (sampled or {}).items()]
     return "-".join(parts) or "base"
+
+
+def interrupted_cause(signame: str) -> str:
+    """The `raystream.error` text of a run interrupted by `signame`."""
+    return INTERRUPTED_CAUSES.get(signame, f"interrupted ({signame})")
 
 
 def trials_count_tag(status: str) -> str:

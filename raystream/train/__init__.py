@@ -10,6 +10,6 @@ Where things live: `run.py` (driver: pre-flight, MLflow run, TorchTrainer, artif
 loop: setup, restore, step, reporting), `checkpoint.py` (what a checkpoint holds; the newest complete one on
 storage), `schedule.py` (lr and weight decay as functions of the step), `divergence.py` (`DivergedError`),
 `preflight.py` (checks before any worker starts), `progress.py` (the console line), `faults.py` (fault-injection
-hooks for tests).
+hooks for tests), `signals.py` (SIGTERM handled as Ctrl-C).
 Importing this package starts nothing; Ray, torch and MLflow are imported by the modules that use them.
 """

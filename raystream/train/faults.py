@@ -1,6 +1,5 @@
 """Test hooks that make a run fail, pause or slow down on purpose (read on the driver by `fit`, handed to the
-workers), and SIGTERM handled as Ctrl-C (`sigterm_as_sigint`), so a job scheduler's stop ends a run as cleanly as
-Ctrl-C.
+workers). How a run handles the signals that stop it is `raystream.train.signals`.
 
     RAYSTREAM_FAIL_AT_STEP=k      the worker of rank RAYSTREAM_FAIL_RANK (default 0) raises FaultInjected just
                                   before training step k, once per run: a marker file records that it fired, so
@@ -26,19 +25,12 @@ Ctrl-C.
 from __future__ import annotations
 
 import os
-import signal
 import tempfile
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Optional
 
 from raystream.train import persist
-
-CAUSES = {"SIGINT": "interrupted (SIGINT: Ctrl-C)",
-          "SIGTERM": "interrupted (SIGTERM: a job scheduler, `timeout` or `ray job stop`)"}
-
 
 PAUSE_TIMEOUT_S = 120.0
 PAUSE_POLL_S = 0.05
@@ -110,38 +102,3 @@ def pause(path: Path, step: int, timeout_s: float) -> None:
             raise PauseTimedOut(f"RAYSTREAM_PAUSE_AT_STEP={step}: paused before step {step} on rank 0 for "
                                 f"{timeout_s:g} s (RAYSTREAM_PAUSE_TIMEOUT_S) and nobody removed {path}")
         time.sleep(PAUSE_POLL_S)
-
-
-@contextmanager
-def sigterm_as_sigint(received: Dict[str, str]) -> Iterator[None]:
-    """In this block, SIGTERM runs whatever handles SIGINT (Ray Train's and Tune's graceful abort, else Python's
-    KeyboardInterrupt), after recording `received["signal"] = "SIGTERM"`. Only in the main thread (where signal
-    handlers live: a Tune trial's `fit` runs in another thread, and its sweep's driver handles the signal)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_sigterm(signum, frame):
-        received["signal"] = "SIGTERM"
-        handler = signal.getsignal(signal.SIGINT)
-        if callable(handler):
-            handler(signal.SIGINT, frame)
-        else:
-            raise KeyboardInterrupt("SIGTERM")
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def raise_if_signalled(received: Dict[str, str]) -> None:
-    """After a graceful abort that returned instead of raising: KeyboardInterrupt when a signal was received."""
-    if received.get("signal"):
-        raise KeyboardInterrupt(received["signal"])
-
-
-def interrupted_cause(signame: str) -> str:
-    """The `raystream.error` text of a run interrupted by `signame`."""
-    return CAUSES.get(signame, f"interrupted ({signame})")

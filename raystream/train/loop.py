@@ -252,8 +252,9 @@ def read_window(window: StepWindow, state: LoopState, records: "Records") -> Non
 
 
 class Records:
-    """Rank 0's outputs: every step's metrics to MLflow (`StepLogger`, each step once) and the progress line; the
-    evaluations, which run on every rank (raystream/train/evaluator.py). On other ranks it only evaluates."""
+    """Rank 0's outputs: every step's metrics to the run's record and MLflow (`StepLogger`, each step once) and the
+    progress line; the evaluations, which run on every rank (raystream/train/evaluator.py). On other ranks it only
+    evaluates."""
 
     def __init__(self, w: Worker, start: int):
         from raystream.tracking import StepLogger
@@ -261,7 +262,7 @@ class Records:
         self.w = w
         self.active = w.rank == 0
         batch_size = w.cfg.stream.batch_size
-        self.logger = StepLogger(w.run["tracking_uri"], w.run["mlflow_run_id"], unsent=w.run.get("unsent_metrics")) \
+        self.logger = StepLogger(w.run["tracking_uri"], w.run["mlflow_run_id"], record=w.run["record"]) \
             if self.active else None
         self.progress = Progress(w.run["run_name"], w.total, batch_size, w.cfg.trainer.log_every) \
             if self.active else None
@@ -307,7 +308,7 @@ class Records:
 
     def close(self) -> None:
         if self.active:
-            self.logger.close()  # what the tracking store did not take stays in the unsent file (the driver tells)
+            self.logger.close()  # what the tracking store did not take waits in the record (the driver tells)
         self.evaluator.close()
 
 

@@ -11,8 +11,9 @@
     `CheckpointConfig(num_to_keep)`. Same run name + storage path again = the workers resume from the newest
     complete checkpoint on storage (`checkpoint.latest`; Ray Train's own record may lag behind it), so a killed or
     interrupted driver re-run with the same `trainer.run_name` resumes instead of starting over;
- 4. logs the artifacts (resolved config, gradient-cosine plots, final model.pt), removes the checkpoints beyond
-    `trainer.keep_checkpoints` (`checkpoint.prune`) and closes the MLflow run.
+ 4. appends the run's end (resolved config, gradient-cosine plots, final model.pt, FINISHED) to its record
+    `<run dir>/events.jsonl`, where rank 0 appended every step's metrics, and mirrors the record into MLflow
+    (`raystream.tracking.events`, `.mirror`); removes the checkpoints beyond `trainer.keep_checkpoints`.
 
 How a run ends: FINISHED; FAILED with `raystream.error` = the reason (a worker error after `trainer.max_failures`
 retries, or `DivergedError` at the first non-finite loss or gradient, which is never retried); KILLED on Ctrl-C or
@@ -34,11 +35,12 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from raystream.config import ConfigError, check, flatten
-from raystream.tracking import names, unsent
+from raystream.tracking import events, names
+from raystream.tracking.mirror import catch_up, mirror_now
 from raystream.tracking.store import client as mlflow_client_for
 from raystream.tracking.store import end_run, failing_fast, retry, start_run, tracking_uri
 from raystream.train import checkpoint as ckpt_files
-from raystream.train import faults
+from raystream.train import faults, signals
 from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
 from raystream.train.divergence import DivergedError, raise_if_diverged
@@ -60,9 +62,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 class TrackingUnavailable(RuntimeError):
-    """Training ended but the MLflow tracking store did not take every metric value: they are saved in `path`
-    (beside the checkpoints), and the message holds the command that uploads them. `final`: what `fit` would have
-    returned."""
+    """Training ended but the MLflow tracking store did not take the run's whole record: `path` (beside the
+    checkpoints) holds what it did not write, and the message holds the command that writes it. `final`: what
+    `fit` would have returned."""
 
     def __init__(self, message: str, path: str = "", final: Optional[Dict[str, Any]] = None):
         super().__init__(message)
@@ -95,40 +97,36 @@ def _log_params(client, run_id: str, params: Dict[str, Any]) -> None:
         retry(lambda: client.log_batch(run_id, params=chunk), "log params")
 
 
-def run_end(cfg, checkpoint_uri: Optional[str], log_model: bool) -> Dict[str, Any]:
-    """What the driver writes to the MLflow run once training has finished, as an unsent file's header
-    (`raystream.tracking.unsent`): the `finished` status tag, config.yaml, the gradient-cosine plots from the run's
-    full history, the final checkpoint's model (only `model.pt` and `meta.json`, not the optimizer state), FINISHED."""
-    header: Dict[str, Any] = {
-        "tags": {names.TAG_STATUS: "finished"},
-        "texts": {names.ARTIFACT_CONFIG: OmegaConf.to_yaml(cfg, resolve=True)},
-        "plots_title": f"{cfg.trainer.run_name} ({cfg.optimizer.name}, {cfg.stream.order})",
-        "end_status": "FINISHED"}
+def run_end(cfg, run_id: str, checkpoint_uri: Optional[str], log_model: bool) -> List[Dict[str, Any]]:
+    """The events the driver appends to the run's record once training has finished (`raystream.tracking.events`):
+    the `finished` status tag, config.yaml, the gradient-cosine plots from the run's full history, the final
+    checkpoint's model (only `model.pt` and `meta.json`, not the optimizer state), FINISHED."""
+    end = [events.tag(run_id, names.TAG_STATUS, "finished"),
+           events.artifact(run_id, names.ARTIFACT_CONFIG, OmegaConf.to_yaml(cfg, resolve=True)),
+           events.plots(run_id, f"{cfg.trainer.run_name} ({cfg.optimizer.name}, {cfg.stream.order})")]
     if log_model and checkpoint_uri:
-        header["files"] = {names.ARTIFACT_CHECKPOINT_DIR: [f"{checkpoint_uri.rstrip('/')}/{ckpt_files.MODEL_FILE}",
-                                                           f"{checkpoint_uri.rstrip('/')}/{ckpt_files.META_FILE}"]}
-    return header
+        end.append(events.files(run_id, names.ARTIFACT_CHECKPOINT_DIR,
+                                [f"{checkpoint_uri.rstrip('/')}/{ckpt_files.MODEL_FILE}",
+                                 f"{checkpoint_uri.rstrip('/')}/{ckpt_files.META_FILE}"]))
+    return [*end, events.end(run_id, "FINISHED")]
 
 
-def finish_run(client, uri: str, run_id: str, path: str, end: Dict[str, Any]) -> None:
-    """Write the end of a run that trained to the end: the metric values an outage left in `path` (the run
-    directory's unsent file), then `end` (`run_end`). When the store does not answer, all of it waits in `path`
-    and TrackingUnavailable names the file and the command that writes it."""
-    found = unsent.read(path)
-    header, metrics = found if found is not None else ({}, [])
-    header = {**header, "mlflow_run_id": run_id, "tracking_uri": uri, **end}
+def finish_run(uri: str, run_id: str, where: str, end: List[Dict[str, Any]]) -> None:
+    """Append `end` (`run_end`) to the run's record `where` and mirror the record into MLflow: what rank 0's
+    writer did not write (a tracking outage), then the end. When the store does not answer, all of it waits in the
+    record and TrackingUnavailable names it and the command that writes it."""
+    record = events.Record(where)
+    record.append([events.opened(run_id, uri), *end])
+    record.close()
     try:
-        with failing_fast():
-            unsent.apply(client, header, metrics, attempts=8)  # 8: sqlite shared by a sweep's trials
+        mirror_now(where, attempts=8)  # 8: sqlite shared by a sweep's trials
     except Exception as exc:
-        unsent.write(path, header, metrics)
         raise TrackingUnavailable(
             f"training finished, but the MLflow tracking store at {uri} does not answer ({first_line(exc, 300)}): "
-            f"{len(metrics)} metric values and the run's end (status, config, plots, model) are saved in "
-            f"{path}, and MLflow run {run_id} stays RUNNING. When the store answers, write them and close the run "
-            f"with:\n  {unsent.UPLOAD_COMMAND} {shlex.quote(path)}", path) from None
-    if found is not None:
-        unsent.remove(path)
+            f"{len(events.Record(where).pending())} events of the run's record (its metric values and its end: "
+            f"status, config, plots, model) wait in {where}, and MLflow run {run_id} stays RUNNING. When the store "
+            f"answers, write them and close the run with:\n  {events.UPLOAD_COMMAND} {shlex.quote(where)}",
+            where) from None
 
 
 def collective_config(cfg: DictConfig):
@@ -182,6 +180,8 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     resume = ckpt_files.latest(fs, run_dir.path)  # (path, meta) of the newest complete checkpoint, or None
     uri = tracking_uri(cfg)
     client = mlflow_client_for(uri)
+    record = events.path_in(run_dir.uri)  # the run's record: what it writes to MLflow, mirrored from there
+    catch_up(record, "an earlier attempt of this run")
     tags = {**(mlflow_tags or {}), names.TAG_RUN_DIR: run_dir.uri}
     if init_line:
         tags[names.TAG_INIT] = init_line
@@ -203,7 +203,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
                 "cfg": OmegaConf.to_container(cfg, resolve=True),
                 "run": {"run_name": name, "total_steps": total, "tracking_uri": uri, "mlflow_run_id": run_id,
                         "resume_from": Checkpoint(resume[0], filesystem=fs) if resume is not None else None,
-                        "unsent_metrics": unsent.path_in(run_dir.uri),
+                        "record": record,
                         "hooks": faults.from_env(local_run_dir, name),
                         # the stream's Figure 1 figure, once per run, by the workers before step 0
                         "measure_correlation": int(cfg.trainer.correlation_steps) > 0 and not info},
@@ -219,7 +219,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
             ),
         )
         result = trainer.fit()
-        faults.raise_if_signalled(received)  # SIGTERM: Ray Train aborted the run gracefully
+        signals.raise_if_signalled(received)  # SIGTERM: Ray Train aborted the run gracefully
         raise_if_diverged(result.return_value)
         kept = {Path(c.path).name for c, _ in result.best_checkpoints or []}
         if result.checkpoint is not None:
@@ -228,9 +228,9 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         final.update(mlflow_run_id=run_id, run_name=name, run_dir=storage.uri_of(str(result.path)),
                      checkpoint_path=storage.uri_of(result.checkpoint.path) if result.checkpoint is not None
                      else None)
-        end = run_end(cfg, final["checkpoint_path"], bool(tcfg.log_checkpoint_artifact))
+        end = run_end(cfg, run_id, final["checkpoint_path"], bool(tcfg.log_checkpoint_artifact))
         try:
-            finish_run(client, uri, run_id, unsent.path_in(run_dir.uri), end)
+            finish_run(uri, run_id, record, end)
         except TrackingUnavailable as exc:
             exc.final = final
             raise
@@ -246,7 +246,7 @@ def _closed_on_failure(client, run_id: str, name: str) -> Iterator[Dict[str, str
     SIGTERM (a job scheduler, `timeout`, `ray job stop`) is handled as Ctrl-C; the yielded dict names the signal.
     TrackingUnavailable passes through: the store is away, and the upload it names closes the run."""
     received: Dict[str, str] = {}
-    with faults.sigterm_as_sigint(received):
+    with signals.sigterm_as_sigint(received):
         try:
             yield received
         except TrackingUnavailable:
@@ -274,7 +274,7 @@ def _close_failed(client, run_id: str, exc: BaseException, interrupted: bool, si
     try:
         with failing_fast():
             if interrupted:
-                reason = faults.interrupted_cause(signame)
+                reason = names.interrupted_cause(signame)
             else:
                 reason = str(exc) if isinstance(exc, DivergedError) else f"{type(exc).__name__}: {exc}"
             retry(lambda: client.set_tag(run_id, names.TAG_ERROR, reason[:5000]), "tag run")

@@ -1,8 +1,11 @@
 """`raystream sweep`: a Ray Tune sweep whose trials are Ray Train runs, recorded as one MLflow parent run per sweep
 and one child run per trial.
 
-    plan (before Ray)  ->  MLflow parent run  ->  Tuner(grid x Optuna)  ->  each trial: fit(cfg) on Ray Train
-                                                                       ->  report table (raystream.tracking.report)
+    plan (before Ray)  ->  lock  ->  MLflow parent run  ->  Tuner(grid x Optuna)  ->  outcomes
+                                     (raystream.tracking.parent)   each trial: raystream.tune.trial -> fit(cfg)
+
+This module runs the sweep and returns its `SweepOutcome`; `raystream sweep` (raystream/cli.py) prints its summary
+and picks the exit code.
 
 Ray Train V2 with Tune, as Ray 2.60 recommends: a function trainable is the driver of one `TorchTrainer` run
 (`raystream.train.run.fit`), which reports to Tune through `TuneReportCallback`. The driver needs no CPU of its
@@ -28,10 +31,10 @@ Ctrl+C (exit 130) or SIGTERM (exit 143) ends the parent run and the child runs o
 The parent's duration in MLflow is the time the sweep ran: its end time is its start time plus the seconds of every
 session (tag `raystream.active_seconds`), so the pause between an interrupt and the resume is not counted.
 
-A tracking outage: a trial that trains to the end while the store does not answer is finished, its metric values in
-its run directory's unsent file; when the store is still away as the sweep ends, what the sweep writes to its parent
-run is saved with them (`ParentClose`), the sweep exits 1 naming `raystream tracking upload <file>`, and a resume
-writes it first.
+A tracking outage: a trial that trains to the end while the store does not answer is finished, what MLflow lacks
+of it waiting in its run's record (`<run dir>/events.jsonl`); when the store is still away as the sweep ends, the
+sweep's end waits in the sweep's record, which names theirs (`raystream.tracking.parent.ParentClose`), the sweep
+exits 1 naming `raystream tracking upload <record>`, and a resume writes it first.
 """
 
 from __future__ import annotations
@@ -40,8 +43,6 @@ import contextlib
 import json
 import os
 import shlex
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -52,27 +53,24 @@ from omegaconf import DictConfig, OmegaConf
 
 from raystream import config_tree
 from raystream.config import ConfigError
-from raystream.tracking import names, ui, unsent
-from raystream.tracking.names import (CELL_TAG, ERROR_TAG, GRID_TAG_PREFIX, ROLE_TAG, SAMPLE_TAG_PREFIX, SWEEP_RUN_TAG,
-                                      SWEEP_TAG, TRIAL_TAG, TRIALS_ARTIFACT)
+from raystream.tracking import events, names, ui
+from raystream.tracking.names import GRID_TAG_PREFIX, ROLE_TAG, SWEEP_RUN_TAG, SWEEP_TAG
+from raystream.tracking.mirror import catch_up
+from raystream.tracking.parent import META_FILE, ParentClose, ParentRecord, git_commit, open_parent
 from raystream.tracking.store import client as mlflow_client
-from raystream.tracking.store import (experiment_id, failing_fast, prepare_store, retry, tracking_uri,
-                                      wait_for_store)
-from raystream.train import faults
+from raystream.tracking.store import prepare_store, retry, tracking_uri
+from raystream.train import signals
 from raystream.train import storage as results
-from raystream.train.run import TrackingUnavailable
 from raystream.train.run import fit as train_fit
 from raystream.tune import console
 from raystream.tune.concurrency import trials_in_flight
 from raystream.tune.lock import SweepLock
 from raystream.tune.searcher import CELL_KEY
-from raystream.tune.space import SweepPlan, apply_values, optuna_space, plan, structured
-from raystream.uris import first_line
+from raystream.tune.space import SweepPlan, optuna_space, plan, structured
+from raystream.tune.trial import RECORD_RESULT_KEY, error_text, trial_main
 
-META_FILE = "raystream_sweep.json"
 DRIVER_MEMORY = 200 * 1024 ** 2  # bytes reserved by each trial's driver (the function trainable)
-ERROR_CHARS = 500
-UNSENT_RESULT_KEY = "unsent_metrics"  # in a trial's result: the file its metric values wait in (tracking outage)
+
 
 
 @dataclass
@@ -83,7 +81,7 @@ class TrialOutcome:
     status: str  # finished (incl. stopped early by ASHA) | failed | unfinished (interrupted: resume to run it)
     error: Optional[str] = None
     metrics: Dict[str, Any] = field(default_factory=dict)
-    unsent: Optional[str] = None  # trained to the end during a tracking outage: its unsent-metrics file
+    unsent: Optional[str] = None  # trained to the end during a tracking outage: its record, which MLflow lacks
 
 
 @dataclass
@@ -97,7 +95,7 @@ class SweepOutcome:
     trials: List[TrialOutcome]
     seconds: float
     experiment_id: str = ""
-    unsent: Optional[str] = None  # the tracking store did not answer at the end: what it did not take is saved here
+    unsent: Optional[str] = None  # the store did not answer at the end: the sweep's record, which MLflow lacks
     tracking_error: str = ""
     signal: str = "SIGINT"  # what interrupted it (SIGTERM: a job scheduler, `timeout`), when it was interrupted
 
@@ -110,56 +108,6 @@ class SweepOutcome:
         """Ctrl+C stopped the sweep before every trial ended; running it again resumes it."""
         return any(t.status == "unfinished" for t in self.trials)
 
-
-def main(cfg: DictConfig, overrides: Sequence[str] = (), verbose: bool = False) -> int:
-    """`raystream sweep [overrides] [--verbose]`: run the sweep, print the report table and, last, how to open the
-    comparison of its trials in the MLflow UI."""
-    import ray
-
-    with console.QuietRay(enabled=not verbose) as quiet:
-        try:
-            outcome = run_sweep(cfg, overrides, verbose=int(verbose), quiet=quiet)
-        finally:
-            ray.shutdown()  # no worker output comes after the summary (in the log file when quiet)
-    return summary(outcome)
-
-
-def summary(outcome: SweepOutcome) -> int:
-    """Print how the sweep ended (the report table, then the MLflow UI lines; or what to run when the tracking store
-    did not answer) and return the exit code: 0, 1 (every trial failed, or records left unsent), 130 / 143
-    (interrupted by Ctrl-C / SIGTERM)."""
-    from raystream.tracking import report
-
-    print()
-    if outcome.interrupted:
-        if outcome.unsent:
-            print(unsent_message(outcome), file=sys.stderr)
-        print(f"sweep {outcome.run_name} interrupted ({outcome.signal}); run the same command again to resume it "
-              f"(finished trials are kept)", file=sys.stderr)
-        return 128 + int(getattr(signal, outcome.signal, signal.SIGINT))  # 130 (Ctrl-C) or 143 (SIGTERM)
-    print(f"sweep {outcome.run_name}: {len(outcome.trials) - len(outcome.failed)} trials finished, "
-          f"{len(outcome.failed)} failed, {outcome.seconds:.0f} s{' (resumed)' if outcome.resumed else ''}")
-    for t in outcome.failed:
-        print(f"  failed trial {t.trial_id} {t.cell}: {t.error}")
-    print()
-    if outcome.unsent:
-        print(unsent_message(outcome), file=sys.stderr, flush=True)
-        return 1
-    report.main(parent=outcome.parent_run_id, tracking_uri=outcome.tracking_uri)
-    print()
-    print("\n".join(ui.open_lines(outcome.tracking_uri, outcome.experiment_id, outcome.run_name,
-                                  len(outcome.trials))), flush=True)
-    return 0 if len(outcome.failed) < len(outcome.trials) else 1
-
-
-def unsent_message(outcome: SweepOutcome) -> str:
-    """What a sweep that ended during a tracking outage says: what is saved where, and the one command to run."""
-    trials = [t for t in outcome.trials if t.unsent]
-    held = f" and the metric values of {len(trials)} trials" if trials else ""
-    return (f"sweep {outcome.run_name}: the MLflow tracking store at {outcome.tracking_uri} does not answer "
-            f"({outcome.tracking_error}): the sweep's end{held} are saved in {outcome.unsent}; MLflow parent run "
-            f"{outcome.parent_run_id} stays RUNNING. When the store answers, write them and close the runs with:\n"
-            f"  {unsent.UPLOAD_COMMAND} {shlex.quote(outcome.unsent)}")
 
 
 def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[Callable] = None,
@@ -210,8 +158,8 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
     quiet.route_worker_output()
 
     experiment = cfg.mlflow.experiment
-    upload_last_session(path, uri)  # what the store did not take when this sweep last ended, before it goes on
-    parent = _parent_run(uri, experiment, run_name, cfg, the_plan, meta)
+    catch_up(events.path_in(path.uri), "the end of this sweep's last session")  # before this session goes on
+    parent = parent_run(uri, experiment, run_name, cfg, the_plan, meta)
     client = mlflow_client(uri)
     parent_info = retry(lambda: client.get_run(parent), "get parent run").info  # read now: the store may fail later
     session_start = time.time()
@@ -219,12 +167,12 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
             "experiment": experiment, "sweep": the_plan.name, "active_s": float((meta or {}).get("active_s", 0.0))
             if meta and meta.get("parent_run_id") == parent else 0.0}
     path.write_json(META_FILE, meta)
-    closing = ParentClose(client, uri, parent_info, run_name, path, meta, session_start)
+    closing = ParentClose(uri, parent_info, run_name, path, meta, session_start)
 
     received: Dict[str, str] = {}  # SIGTERM stops the sweep as Ctrl-C does, from here on
     try:
         try:
-            with faults.sigterm_as_sigint(received), _checkpoint_period(cfg.sweep.sync_period_s):
+            with signals.sigterm_as_sigint(received), _checkpoint_period(cfg.sweep.sync_period_s):
                 resumed, tuner = _tuner(cfg, the_plan, path, storage, run_name, parent, fit, verbose, init_lines)
                 grid = tuner.fit()
         except BaseException as exc:  # interrupted (KILLED), or Tune itself failed (FAILED, with its error)
@@ -233,8 +181,8 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
                                 failure=None if interrupted else error_text(exc))
             if error:
                 print(f"raystream: sweep {run_name} {'interrupted' if interrupted else 'failed'}, and the MLflow "
-                      f"tracking store at {uri} does not answer ({error}): the end of the session is saved in "
-                      f"{closing.saved}, and written when the sweep resumes (or by `{unsent.UPLOAD_COMMAND} "
+                      f"tracking store at {uri} does not answer ({error}): the end of the session waits in "
+                      f"{closing.saved}, and is written when the sweep resumes (or by `{events.UPLOAD_COMMAND} "
                       f"{shlex.quote(closing.saved)}`)", file=sys.stderr, flush=True)
             raise
         saved = _saved_trials(path.uri)
@@ -252,6 +200,7 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
                         signal=received.get("signal", "SIGINT"))
 
 
+
 @contextlib.contextmanager
 def _checkpoint_period(seconds: float) -> Iterator[None]:
     """Tune saves its experiment state every TUNE_GLOBAL_CHECKPOINT_S (at least 10 s when "auto"), read when
@@ -266,6 +215,7 @@ def _checkpoint_period(seconds: float) -> Iterator[None]:
         yield
     finally:
         os.environ.pop(name, None)
+
 
 
 def _tuner(cfg: DictConfig, the_plan: SweepPlan, path: "results.Storage", storage: "results.Storage", run_name: str,
@@ -298,88 +248,6 @@ def _tuner(cfg: DictConfig, the_plan: SweepPlan, path: "results.Storage", storag
                                                      sync_config=sync, verbose=verbose))
     return resumed, tuner
 
-
-def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[str, Any]) -> Dict[str, Any]:
-    """One Tune trial: the cell's config plus the sampled values, checked, then one Ray Train run."""
-    from ray import tune
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    from raystream.tune.release import RecordPlacementGroup
-
-    cell = int(config[CELL_KEY])
-    cfg = structured(cells[cell])
-    sampled = {k: v for k, v in config.items() if k in info["sample_keys"]}
-    apply_values(cfg, sampled, where="sweep.sample")
-    trial_id = tune.get_context().get_trial_id()
-    # The MLflow run is named for what sets the trial apart; the Ray Train run (checkpoints, resume) by its id.
-    tags = {**trial_tags(info, cell, trial_id, sampled),
-            names.RUN_NAME_TAG: names.trial_run_name(info["cell_values"][cell], sampled)}
-    callbacks = [TuneReportCallback(), RecordPlacementGroup(trial_id)]
-    run_name = f"{info['run_name']}-{trial_id}"
-    # A tracking server that is away: this trial waits for it before it starts (a short blip is retried; MLflow's
-    # own minutes of HTTP retries would hide the outage).
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
-    try:
-        wait_for_store(tracking_uri(cfg), f"trial {trial_id} ({tags[names.RUN_NAME_TAG]})")
-        # The cell's start checkpoint was read and checked before Ray started (check_cells): a multi-GB file is
-        # not read again by every trial, unless the trial's sampled values change the model.
-        checked = info["init_lines"][cell]
-        reshapes = any(k.split(".")[0] in ("scenario", "stream") for k in sampled)
-        extra = {"init_checked": checked} if checked is not None and not reshapes else {}
-        final = info["fit"](cfg, run_name=run_name, callbacks=callbacks, mlflow_parent_run_id=info["parent_run_id"],
-                            mlflow_tags=tags, **extra)
-    except TrackingUnavailable as exc:  # trained to the end: its run stays RUNNING until the sweep's upload
-        final = {**exc.final, UNSENT_RESULT_KEY: exc.path}
-    except Exception as exc:
-        with failing_fast():  # the store may be what failed: no minutes of HTTP retries
-            record_failed_trial(tracking_uri(cfg), info["parent_run_id"], run_name, tags, exc)
-        raise
-    # `step` (0-based, beside `steps_done`) and `lr` (the schedule's value after the last step, not the one the
-    # progress lines average) read wrong in a results table: left out of the trial's result.
-    return {k: v for k, v in (final or {}).items() if isinstance(v, (int, float, str, bool)) and
-            k not in ("step", names.LR)}
-
-
-def trial_tags(info: Dict[str, Any], cell: int, trial_id: str, sampled: Dict[str, Any]) -> Dict[str, str]:
-    """MLflow tags of a trial's child run: sweep, trial, and its grid and sampled values (what the report reads)."""
-    tags = {SWEEP_TAG: info["name"], SWEEP_RUN_TAG: info["run_name"], TRIAL_TAG: trial_id, CELL_TAG: str(cell),
-            ROLE_TAG: names.ROLE_TRIAL}
-    # Group axes like `optimizer` are no param of the child run: the tags carry every grid value.
-    tags.update({f"{GRID_TAG_PREFIX}{k}": str(v) for k, v in info["cell_values"][cell].items()})
-    tags.update({f"{SAMPLE_TAG_PREFIX}{k}": repr(v) for k, v in sampled.items()})
-    return tags
-
-
-def error_text(exc: BaseException) -> str:
-    """The last non-empty line of `Type: message` (Ray wraps the worker's error; its last line is the cause)."""
-    return console.last_line(f"{type(exc).__name__}: {exc}", ERROR_CHARS, default=type(exc).__name__)
-
-
-def record_failed_trial(uri: str, parent_run_id: str, run_name: str, tags: Dict[str, str],
-                        exc: BaseException) -> None:
-    """Make the trial a FAILED child run carrying its grid and sampled values and why it failed: its own child run
-    when fit got as far as creating one, else a new one (a trial can fail before its Train run starts)."""
-    text = error_text(exc)
-    try:
-        client = mlflow_client(uri)
-        parent = retry(lambda: client.get_run(parent_run_id), "get parent run")
-        runs = retry(lambda: client.search_runs(
-            [parent.info.experiment_id],
-            filter_string=f"tags.`{TRIAL_TAG}` = '{tags[TRIAL_TAG]}' and tags.`{names.PARENT_RUN_TAG}` = "
-                          f"'{parent_run_id}'"), "find trial run")
-        if not runs:
-            shown = {**tags, names.PARENT_RUN_TAG: parent_run_id}
-            shown_name = shown.pop(names.RUN_NAME_TAG, run_name)
-            run = retry(lambda: client.create_run(parent.info.experiment_id, run_name=shown_name, tags=shown),
-                        "create failed trial run")
-            runs = [run]
-        for run in runs:
-            retry(lambda run=run: client.set_tag(run.info.run_id, ERROR_TAG, text), "tag failed run")
-            retry(lambda run=run: client.set_terminated(run.info.run_id, "FAILED"), "end failed run")
-    except Exception as tag_exc:  # the trial's own error matters more than this bookkeeping
-        print(f"raystream: could not record the failure of trial {tags.get(TRIAL_TAG)} in MLflow: {tag_exc}",
-              file=sys.stderr)
 
 
 def check_cells(the_plan: SweepPlan) -> List[Optional[str]]:
@@ -450,34 +318,17 @@ def _trial_dirname(trial) -> str:
     return f"trial_{trial.trial_id}"
 
 
-def git_commit() -> str:
-    root = Path(__file__).resolve().parents[2]
-    try:
-        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain"], capture_output=True, text=True,
-                               timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    if out.returncode != 0:
-        return "unknown"
-    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+def parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_plan: SweepPlan,
+               meta: Optional[Dict[str, Any]]) -> str:
+    """The sweep's MLflow parent run (`raystream.tracking.parent`): the one recorded beside the experiment when
+    resuming, else a new one carrying `parent_record`."""
+    return open_parent(uri, experiment, parent_record(cfg, the_plan, run_name),
+                       resume_id=(meta or {}).get("parent_run_id"))
 
 
-def _parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_plan: SweepPlan,
-                meta: Optional[Dict[str, Any]]) -> str:
-    """The sweep's MLflow parent run: the one recorded beside the experiment when resuming, else a new one
-    carrying the sweep's name, file, grid, sampled axes and the git commit."""
-    import mlflow
-
-    client = mlflow_client(uri)
-    if meta and meta.get("parent_run_id"):
-        try:
-            retry(lambda: client.update_run(meta["parent_run_id"], status="RUNNING"), "resume parent run")
-            return meta["parent_run_id"]
-        except mlflow.exceptions.MlflowException:
-            pass  # the store was wiped: start a new parent run
-    exp_id = experiment_id(client, experiment, uri)
+def parent_record(cfg: DictConfig, the_plan: SweepPlan, run_name: str) -> ParentRecord:
+    """What a new parent run carries: the sweep's name, file, grid, sampled axes and the git commit, its params,
+    the composed config, its cells and the columns of its view."""
     sweep = cfg.sweep
     grid = {k: [] for k in the_plan.grid_keys}  # the axes that run (a command-line override collapses one)
     for cell in the_plan.cells:
@@ -491,24 +342,18 @@ def _parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_p
             else "raystream.tune.sweep.run_sweep",
             names.NOTE_TAG: description(sweep.description or f"raystream sweep `{the_plan.name}`", the_plan, grid,
                                          {k: str(sweep.sample[k]) for k in the_plan.sample})}
-    run = retry(lambda: client.create_run(exp_id, run_name=run_name, tags=tags), "create parent run")
-    rid = run.info.run_id
-    ui.write_view(client, exp_id, run_name, view_columns(the_plan, [str(sweep.metric)]))
     params = {"sweep.name": the_plan.name, "sweep.num_samples": the_plan.num_samples, "sweep.metric": sweep.metric,
               "sweep.mode": sweep.mode, "sweep.scheduler": sweep.scheduler, "sweep.trials": the_plan.num_trials,
               "sweep.cells": len(the_plan.cells)}
     params.update({f"sweep.grid.{k}": json.dumps(v) for k, v in grid.items()})
     params.update({f"sweep.sample.{k}": sweep.sample[k] for k in the_plan.sample})
     params.update({f"sweep.collapsed.{k}": v for k, v in the_plan.collapsed.items()})
-    from mlflow.entities import Param
-
-    retry(lambda: client.log_batch(rid, params=[Param(k, str(v)) for k, v in params.items()]), "log params")
     sweep_file = config_tree.find(f"sweep/{the_plan.name}.yaml")
-    if sweep_file is not None:  # a sweep given by overrides alone has no file; its composed config follows
-        client.log_artifact(rid, str(sweep_file), artifact_path="sweep")
-    client.log_text(rid, OmegaConf.to_yaml(cfg), "sweep/composed_config.yaml")
-    client.log_dict(rid, [{"cell": c.index, "values": c.values} for c in the_plan.cells], "sweep/cells.json")
-    return rid
+    # a sweep given by overrides alone has no file; its composed config follows
+    files = {"sweep": str(sweep_file)} if sweep_file is not None else {}
+    return ParentRecord(run_name=run_name, tags=tags, params=params, view=view_columns(the_plan, [str(sweep.metric)]),
+                        files=files, texts={"sweep/composed_config.yaml": OmegaConf.to_yaml(cfg)},
+                        dicts={"sweep/cells.json": [{"cell": c.index, "values": c.values} for c in the_plan.cells]})
 
 
 def description(text: str, the_plan: SweepPlan, grid: Dict[str, List[Any]], sample: Dict[str, str]) -> str:
@@ -562,81 +407,5 @@ def _outcome(result, the_plan: SweepPlan, saved: Dict[str, Any]) -> TrialOutcome
     if result.error is not None:
         return TrialOutcome(trial_id, cell, config, "failed", error=error_text(result.error), metrics=metrics)
     return TrialOutcome(trial_id, cell, config, "finished", metrics=metrics,
-                        unsent=metrics.get(UNSENT_RESULT_KEY) or None)
+                        unsent=metrics.get(RECORD_RESULT_KEY) or None)
 
-
-def upload_last_session(path: "results.Storage", uri: str) -> None:
-    """Write what the sweep's last session left unsent (its end during a tracking outage) before it goes on: a
-    later end would replace that file. The store answers now (`prepare_store`); when it refuses, say so."""
-    left = unsent.path_in(path.uri, unsent.SWEEP_FILE_NAME)
-    if not unsent.exists(left):
-        return
-    try:
-        with failing_fast():
-            unsent.upload(left, uri)
-    except Exception as exc:
-        print(f"raystream: WARNING: could not write {left} (the end of this sweep's last session, left by a tracking "
-              f"outage) into MLflow at {uri}: {type(exc).__name__}: {exc}; it is kept: run `{unsent.UPLOAD_COMMAND} "
-              f"{shlex.quote(left)}` to retry", file=sys.stderr, flush=True)
-
-
-class ParentClose:
-    """The end of a sweep session on its MLflow parent run: every trial's status and error (tags and the
-    `sweep/trials.json` artifact), the UI view, the trials an interrupt stopped (KILLED), and the run's status
-    and end time. Its end time is its start time plus the seconds every session of the sweep ran (kept in the
-    sweep's meta file), so MLflow's duration leaves out the pauses between interrupt and resume.
-
-    Written at once when the store answers; else saved, with the trials' own unsent files, to the sweep's
-    `unsent_tracking.jsonl` (`raystream tracking upload` writes it all later): a tracking outage at the end of a
-    sweep costs a command, not the sweep's record."""
-
-    def __init__(self, client, uri: str, parent_info, run_name: str, path: "results.Storage", meta: Dict[str, Any],
-                 session_start: float):
-        """`parent_info`: the parent run's `RunInfo`, read when the sweep started (the store may fail later)."""
-        self.client, self.uri, self.run_name = client, uri, run_name
-        self.parent, self.experiment_id, self.start_ms = parent_info.run_id, parent_info.experiment_id, \
-            parent_info.start_time
-        self.path, self.meta, self.session_start = path, meta, session_start
-        self.saved: Optional[str] = None  # the unsent file, when the store did not answer
-
-    def record(self, status: str, signame: str = "SIGINT", trials: Optional[Sequence[TrialOutcome]] = None,
-               view: Optional[Sequence[str]] = None, failure: Optional[str] = None) -> Dict[str, Any]:
-        """What to write, as an unsent file's header (`raystream.tracking.unsent`). `failure`: why the sweep itself
-        failed (`raystream.error` of a FAILED parent)."""
-        active = float(self.meta.get("active_s", 0.0)) + (time.time() - self.session_start)
-        self.meta["active_s"] = active
-        tags = {names.ACTIVE_SECONDS_TAG: f"{active:.1f}"}
-        header: Dict[str, Any] = {"mlflow_run_id": self.parent, "tracking_uri": self.uri, "end_status": status,
-                                  "end_time": int(self.start_ms + active * 1000), "tags": tags}
-        if trials is not None:
-            for state in ("finished", "failed", "unfinished"):
-                tags[names.trials_count_tag(state)] = str(sum(t.status == state for t in trials))
-            header["artifacts"] = {TRIALS_ARTIFACT: [{"trial_id": t.trial_id, "cell": t.cell, "config": t.config,
-                                                      "status": t.status, "error": t.error} for t in trials]}
-            header["also"] = [t.unsent for t in trials if t.unsent]
-        if view is not None:
-            key, state = ui.view_tag(self.run_name, view)
-            header["experiment_tags"] = {self.experiment_id: {key: state}}
-        if failure:
-            tags[ERROR_TAG] = failure
-        if status == "KILLED":
-            cause = faults.interrupted_cause(signame)
-            tags[ERROR_TAG] = cause
-            header["end_children"] = {"cause": cause, "trials": [t.trial_id for t in trials or ()
-                                                                 if t.status == "unfinished"]}
-        return header
-
-    def end(self, status: str, signame: str = "SIGINT", trials: Optional[Sequence[TrialOutcome]] = None,
-            view: Optional[Sequence[str]] = None, failure: Optional[str] = None) -> Optional[str]:
-        """Write the end of this session with `status`; None when written, else why the store refused it (what it
-        did not take is then in `self.saved`)."""
-        header = self.record(status, signame, trials, view, failure)
-        self.path.write_json(META_FILE, self.meta)
-        try:
-            with failing_fast():
-                unsent.apply(self.client, header, [])
-            return None
-        except Exception as exc:
-            self.saved = unsent.path_in(self.path.uri, unsent.SWEEP_FILE_NAME)
-            unsent.write(self.saved, header, [])
-            return first_line(exc, 300)

@@ -25,7 +25,8 @@ from raystream.config import compose
 from raystream.tracking import names, ui
 from raystream.tracking.store import end_run, prepare_store, start_run
 from raystream.tune.space import plan
-from raystream.tune.sweep import _parent_run, trial_tags, view_columns
+from raystream.tune.sweep import parent_run, view_columns
+from raystream.tune.trial import trial_tags
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +46,7 @@ def _recorded_sweep(tmp: Path):
     prepare_store(uri)
     cfg = compose([])
     p = plan(cfg)
-    parent = _parent_run(uri, "raystream", "smoke-ui", cfg, p, None)
+    parent = parent_run(uri, "raystream", "smoke-ui", cfg, p, None)
     client = MlflowClient(uri)
     info = {"name": "smoke", "run_name": "smoke-ui", "cell_values": [c.values for c in p.cells]}
     for cell in p.cells:

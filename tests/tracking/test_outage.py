@@ -6,9 +6,8 @@ import math
 
 from mlflow_outage import restartable_mlflow
 
-from raystream.tracking import StepLogger, start_run
+from raystream.tracking import StepLogger, events, mirror, start_run
 from raystream.tracking import client as make_client
-from raystream.tracking import unsent
 
 
 def wait_for(check, what: str, timeout_s: float = 90.0) -> None:
@@ -21,11 +20,11 @@ def wait_for(check, what: str, timeout_s: float = 90.0) -> None:
 
 
 def test_outage_is_named_buffered_saved_and_flushed_once_the_server_returns(tmp_path, capsys):
-    spill = str(tmp_path / "run" / unsent.FILE_NAME)
+    record = str(tmp_path / "run" / events.FILE_NAME)
     with restartable_mlflow() as server:
         client = make_client(server.uri)
         run_id = start_run(client, experiment="outage", uri=server.uri, run_name="r")
-        logger = StepLogger(server.uri, run_id, unsent=spill, warn_after_s=1.0)
+        logger = StepLogger(server.uri, run_id, record, warn_after_s=1.0)
         for step in range(5):
             logger.log({"loss": 1.0 / (step + 1), "lr": 0.1}, step)
         logger.flush()
@@ -37,14 +36,13 @@ def test_outage_is_named_buffered_saved_and_flushed_once_the_server_returns(tmp_
             logger.flush()
         wait_for(lambda: "has not answered" in capsys.readouterr().err if logger.outage else False,
                  "a warning naming the outage")
-        logger.flush()  # during the outage: what is buffered is saved beside the checkpoints
-        header, saved = unsent.read(spill)
-        assert header == {"mlflow_run_id": run_id, "tracking_uri": server.uri}
-        assert [m.step for m in saved if m.key == "loss"] == list(range(5, 40))
+        waiting = events.Record(record).pending()  # during the outage: in the record beside the checkpoints
+        assert {e["run"] for e in waiting} == {run_id}
+        assert [e["step"] for e in waiting if "loss" in e.get("values", {})] == list(range(5, 40))
 
         server.start()
         assert logger.close(timeout_s=90) == 0
-        assert unsent.read(spill) is None  # all written: the file is gone
+        assert events.Record(record).pending() == []  # all written
         client = make_client(server.uri)
         loss = client.get_metric_history(run_id, "loss")
         assert sorted(m.step for m in loss) == list(range(40))  # each step exactly once
@@ -57,15 +55,18 @@ def test_warning_names_the_uri(tmp_path, capsys):
     with restartable_mlflow() as server:
         run_id = start_run(make_client(server.uri), experiment="outage", uri=server.uri, run_name="r")
         server.kill()
-        logger = StepLogger(server.uri, run_id, unsent=str(tmp_path / unsent.FILE_NAME), warn_after_s=0.5)
+        record = str(tmp_path / events.FILE_NAME)
+        logger = StepLogger(server.uri, run_id, record, warn_after_s=0.5)
         logger.log({"loss": 1.0}, 0)
         wait_for(lambda: logger.outage, "the outage noticed")
-        assert logger.close(timeout_s=2) == 1  # still down: the value is in the unsent file
+        assert logger.close(timeout_s=2) == 1  # still down: the value waits in the record
         assert server.uri in capsys.readouterr().err
         server.start()
-        assert unsent.main(str(tmp_path / unsent.FILE_NAME)) == 0  # `raystream tracking upload FILE`
+        assert mirror.main(record) == 0  # `raystream tracking upload FILE`
         assert [m.step for m in make_client(server.uri).get_metric_history(run_id, "loss")] == [0]
-        assert unsent.main(str(tmp_path / unsent.FILE_NAME)) == 2  # nothing left to upload
+        assert mirror.main(record) == 0  # again: nothing left to write, nothing written twice
+        assert [m.step for m in make_client(server.uri).get_metric_history(run_id, "loss")] == [0]
+        assert mirror.main(str(tmp_path / "elsewhere" / events.FILE_NAME)) == 2  # no record there
 
 
 def test_a_trial_starting_during_an_outage_waits_for_the_server_and_says_so(capsys):

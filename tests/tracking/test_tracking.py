@@ -52,15 +52,16 @@ def test_child_run_nests_under_parent_and_resumes(store, tmp_path):
     assert exp.name == "solo" and exp.artifact_location == (Path(uri[len("sqlite:///"):]).parent / "mlruns").as_uri()
 
 
-def test_step_logger_records_each_step_once_across_restarts(store):
+def test_step_logger_records_each_step_once_across_restarts(store, tmp_path):
     uri, client = store
     run_id = start_run(client, experiment="e", uri=uri, run_name="r")
-    first = StepLogger(uri, run_id)
+    record = str(tmp_path / "run" / "events.jsonl")
+    first = StepLogger(uri, run_id, record)
     for step in range(5):
         first.log({"loss": 1.0 / (step + 1), "grad_cos_prev": math.nan if step == 0 else 0.5}, step)
     assert first.close() == 0
     # a restarted loop replays steps 3.. from its checkpoint: the replayed steps are dropped, new ones kept
-    second = StepLogger(uri, run_id)
+    second = StepLogger(uri, run_id, record)
     for step in range(3, 8):
         second.log({"loss": 1.0 / (step + 1), "grad_cos_prev": 0.5}, step)
     second.log({"loss": 123.0}, 7)  # the same step twice in one attempt is also dropped
@@ -74,7 +75,7 @@ def test_step_logger_records_each_step_once_across_restarts(store):
 def test_grad_cosine_plots_are_written(store, tmp_path):
     uri, client = store
     run_id = start_run(client, experiment="e", uri=uri, run_name="r")
-    logger = StepLogger(uri, run_id)
+    logger = StepLogger(uri, run_id, str(tmp_path / "events.jsonl"))
     for step in range(30):
         logger.log({names.GRAD_COS_PREV: math.cos(step / 5), names.GRAD_COS_EMA: 0.1}, step)
     logger.close()

@@ -18,7 +18,9 @@ from raystream.tracking import report
 from raystream.tracking.report import build_table, find_parent, write_report
 from raystream.tune.space import plan
 from raystream.train import storage
-from raystream.tune.sweep import ParentClose, TrialOutcome, _parent_run, trial_tags
+from raystream.tracking.parent import ParentClose
+from raystream.tune.sweep import TrialOutcome, parent_run
+from raystream.tune.trial import trial_tags
 
 SWEEP = """name: rep
 grid:
@@ -59,7 +61,7 @@ def _populate(mlflow_uri, tmp):
     cfg = compose(["sweep=rep"])
     p = plan(cfg, ["sweep=rep"])
     client = MlflowClient(mlflow_uri)
-    parent = _parent_run(mlflow_uri, "reptest", "rep-run", cfg, p, None)
+    parent = parent_run(mlflow_uri, "reptest", "rep-run", cfg, p, None)
     exp_id = client.get_run(parent).info.experiment_id
     info = {"name": "rep", "run_name": "rep-run", "cell_values": [c.values for c in p.cells]}
     outcomes, n = [], 0
@@ -84,7 +86,7 @@ def _populate(mlflow_uri, tmp):
             client.log_batch(run.info.run_id, metrics=metrics)
             client.set_terminated(run.info.run_id, "FINISHED")
             outcomes.append(TrialOutcome(tid, cell.values, {}, "finished"))
-    ParentClose(client, mlflow_uri, client.get_run(parent).info, "rep-run", storage.resolve(str(tmp)), {},
+    ParentClose(mlflow_uri, client.get_run(parent).info, "rep-run", storage.resolve(str(tmp)), {},
                 time.time()).end("FINISHED", trials=outcomes)
     return client, parent
 

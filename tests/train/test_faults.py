@@ -72,7 +72,7 @@ def test_no_hooks_without_env(monkeypatch):
 def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(ray_cluster, tiny, tiny_overrides,
                                                                                workdir, capfd, monkeypatch):
     """The MLflow server dies after step 1 (the run paused before step 2) and stays down: training ends all the same, non-zero, naming the file of
-    unsent metrics beside the checkpoints and the command that uploads it; that command, once the server is back,
+    run's record beside the checkpoints and the command that writes it; that command, once the server is back,
     records every step exactly once and closes the run FINISHED."""
     import threading
     import time
@@ -83,7 +83,7 @@ def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(
     from raystream.cli import main as cli_main
     from raystream.config import compose
     from raystream.tracking import client as make_client
-    from raystream.tracking import unsent
+    from raystream.tracking import events
     from raystream.train import run
 
     paused = workdir["dir"] / "outage.paused"
@@ -118,19 +118,21 @@ def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(
         killer.join()
         assert killed == {"while_paused": True}  # the server died with steps 2 to 5 still to come
         err = capfd.readouterr().err
-        path = str(Path(workdir["storage"]) / "outage" / unsent.FILE_NAME)
+        path = str(Path(workdir["storage"]) / "outage" / events.FILE_NAME)
         assert f"raystream tracking upload {path}" in err and server.uri in err
-        header, saved = unsent.read(path)
-        assert header["end_status"] == "FINISHED" and {m.step for m in saved if m.key == "loss"} >= {5}
+        waiting = events.Record(path).pending()
+        assert waiting[-1]["kind"] == "end" and waiting[-1]["status"] == "FINISHED"
+        assert {e["step"] for e in waiting if "loss" in e.get("values", {})} >= {5}
+        run_id = waiting[-1]["run"]
 
         server.start()
         assert cli_main(["tracking", "upload", path]) == 0
-        mlflow_run = client.get_run(header["mlflow_run_id"])
+        mlflow_run = client.get_run(run_id)
         assert mlflow_run.info.status == "FINISHED" and mlflow_run.data.tags["raystream.status"] == "finished"
-        logged = {a.path for a in client.list_artifacts(header["mlflow_run_id"])}
+        logged = {a.path for a in client.list_artifacts(run_id)}
         assert {"config.yaml", "plots", "checkpoint"} <= logged  # the run's end waited with its metrics
-        assert sorted(m.step for m in client.get_metric_history(header["mlflow_run_id"], "loss")) == list(range(6))
-        assert not Path(path).exists()
+        assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == list(range(6))
+        assert events.Record(path).pending() == []  # the record stays, mirrored in full
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ whatever the window."""
 
 import itertools
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,7 +29,8 @@ def _worker(tiny, workdir, name, *overrides, total=1000):
     run_id = client.create_run(exp.experiment_id, run_name=name).info.run_id
     cfg = tiny(f"trainer.log_every={LOG_EVERY}", "trainer.report_every=1000", "trainer.checkpoint_every=1000",
                *overrides)
-    run = {"run_name": name, "total_steps": total, "tracking_uri": workdir["mlflow"], "mlflow_run_id": run_id}
+    run = {"run_name": name, "total_steps": total, "tracking_uri": workdir["mlflow"], "mlflow_run_id": run_id,
+           "record": str(Path(workdir["storage"]) / name / "events.jsonl")}
     w = Worker.assemble(cfg, run, 0, 1, torch.device("cpu"), lambda model: model)
     return w, Records(w, 0), client, run_id
 

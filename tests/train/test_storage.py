@@ -93,3 +93,24 @@ def test_sweep_on_a_bucket_does_not_write_a_local_s3_folder(s3_env_set, tmp_path
     with pytest.raises(ConfigError, match="bucket 'no-such-bucket' does not exist"):
         run_sweep(cfg)  # fails on the driver before Ray starts
     assert not (tmp_path / "s3:").exists()
+
+
+def test_a_record_in_a_bucket_is_copied_there_and_read_back_on_another_node(s3_env_set, tmp_path, monkeypatch):
+    """A run directory in a bucket: its record (raystream/tracking/events.py) is appended on this machine, copied
+    whole to the bucket with how far it is mirrored, and another node starts from the bucket's copy."""
+    import tempfile
+
+    from raystream.tracking import events
+
+    where = events.path_in(f"s3://{s3_env_set.bucket}/results/run-1")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "node-a"))
+    here = events.Record(where)
+    here.append([events.metrics("r", 0, {"loss": 1.0}, 0), events.metrics("r", 1, {"loss": 0.5}, 0)])
+    here.flush()
+    here.set_mirrored(here.read()[0][1])  # the first value is in MLflow
+    here.close()
+    assert {"results/run-1/events.jsonl", "results/run-1/events.jsonl.mirrored"} <= set(s3_env_set.keys("results/"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "node-b"))
+    there = events.Record(where)
+    assert there.local != here.local and there.last_steps("r") == {"loss": 1}
+    assert [e["step"] for e in there.pending()] == [1]

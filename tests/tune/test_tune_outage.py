@@ -17,9 +17,10 @@ from mlflow import MlflowClient
 from mlflow_outage import restartable_mlflow
 
 import tune_tiny_fit
+from raystream.cli import sweep_summary
 from raystream.config import compose
-from raystream.tracking import names, unsent
-from raystream.tune.sweep import run_sweep, summary
+from raystream.tracking import events, mirror, names
+from raystream.tune.sweep import run_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -65,17 +66,17 @@ def test_a_sweep_ending_during_an_outage_saves_its_end_and_one_command_writes_it
 
         (trial,) = outcome.trials
         assert trial.status == "finished" and trial.unsent and Path(trial.unsent).is_file()
-        assert outcome.unsent == str(storage / "sweeps" / outcome.run_name / unsent.SWEEP_FILE_NAME)
+        assert outcome.unsent == str(storage / "sweeps" / outcome.run_name / events.FILE_NAME)
         capsys.readouterr()
-        assert summary(outcome) == 1
+        assert sweep_summary(outcome) == 1
         err = capsys.readouterr().err
         assert server.uri in err and outcome.unsent in err and f"raystream tracking upload {outcome.unsent}" in err
-        header, _ = unsent.read(outcome.unsent)
-        assert header["also"] == [trial.unsent] and header["end_status"] == "FINISHED"
+        waiting = events.Record(outcome.unsent).pending()
+        assert events.record(trial.unsent) in waiting and waiting[-1]["status"] == "FINISHED"
 
         server.start()
-        assert unsent.main(outcome.unsent) == 0
-        assert not Path(outcome.unsent).exists() and not Path(trial.unsent).exists()
+        assert mirror.main(outcome.unsent) == 0
+        assert events.Record(outcome.unsent).pending() == [] and events.Record(trial.unsent).pending() == []
         client = MlflowClient(server.uri)
         parent = client.get_run(outcome.parent_run_id)
         assert parent.info.status == "FINISHED"

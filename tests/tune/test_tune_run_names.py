@@ -13,7 +13,8 @@ from raystream.config import compose
 from raystream.tracking import names, ui
 from raystream.tracking.store import prepare_store, start_run
 from raystream.tune.space import plan
-from raystream.tune.sweep import _parent_run, record_failed_trial, trial_tags
+from raystream.tune.sweep import parent_run
+from raystream.tune.trial import record_failed_trial, trial_tags
 
 UI_NAME_CHARS = 20  # the runs table shows about this many characters of a run name before cutting it
 
@@ -49,7 +50,7 @@ def store(tmp_path_factory):
 def _sweep(uri, experiment, overrides=()):
     cfg = compose(list(overrides))
     p = plan(cfg, list(overrides))
-    return uri, p, _parent_run(uri, experiment, "smoke-x", cfg, p, None)
+    return uri, p, parent_run(uri, experiment, "smoke-x", cfg, p, None)
 
 
 def test_trial_runs_are_named_by_their_grid_values_and_keep_their_train_run_name(store):

@@ -11,13 +11,15 @@ from types import SimpleNamespace
 from mlflow import MlflowClient
 
 from raystream.config import compose
-from raystream.tracking import names, unsent
+from raystream.tracking import events, names
+from raystream.tracking.mirror import catch_up
 from raystream.tracking.store import prepare_store
 from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import plan
 from raystream.train import storage
-from raystream.tune.sweep import (ParentClose, TrialOutcome, _outcome, _parent_run, record_failed_trial, trial_tags,
-                                  upload_last_session)
+from raystream.tracking.parent import ParentClose
+from raystream.tune.sweep import TrialOutcome, _outcome, parent_run
+from raystream.tune.trial import record_failed_trial, trial_tags
 
 
 def _sweep(tmp_path):
@@ -25,7 +27,7 @@ def _sweep(tmp_path):
     prepare_store(uri)
     cfg = compose([])
     p = plan(cfg)
-    return uri, p, _parent_run(uri, "records", "smoke-x", cfg, p, None)
+    return uri, p, parent_run(uri, "records", "smoke-x", cfg, p, None)
 
 
 def _children(client, parent):
@@ -59,7 +61,7 @@ def test_an_interrupt_kills_running_children_and_the_pause_is_not_counted(tmp_pa
     client.set_terminated(died, "FAILED")
     meta = {"active_s": 30.0}  # an earlier session ran 30 s; this one 2 s, after a long pause
     stopped = [TrialOutcome("t2", {}, {}, "unfinished"), TrialOutcome("t3", {}, {}, "finished")]
-    closing = ParentClose(client, uri, client.get_run(parent).info, "smoke-x", storage.resolve(str(tmp_path)), meta,
+    closing = ParentClose(uri, client.get_run(parent).info, "smoke-x", storage.resolve(str(tmp_path)), meta,
                           time.time() - 2.0)
     assert closing.end("KILLED", "SIGTERM", trials=stopped) is None and closing.saved is None
     for run_id in (child, died):
@@ -87,27 +89,27 @@ def test_an_interrupt_during_an_outage_is_saved_and_written_when_the_sweep_resum
     client = MlflowClient(uri)
     (tmp_path / "sweep").mkdir()
     where = storage.resolve(str(tmp_path / "sweep"))
-    away = MlflowClient("http://127.0.0.1:9")  # nothing listens there: the store is away
+    away = "http://127.0.0.1:9"  # nothing listens there: the store is away
     info = client.get_run(parent).info
-    closing = ParentClose(away, uri, info, "smoke-x", where, {"active_s": 5.0}, time.time())
+    closing = ParentClose(away, info, "smoke-x", where, {"active_s": 5.0}, time.time())
     error = closing.end("KILLED", "SIGTERM", trials=[TrialOutcome("t1", {}, {}, "unfinished")])
     assert error and "Connection" in error
-    assert closing.saved == str(tmp_path / "sweep" / unsent.SWEEP_FILE_NAME)
+    assert closing.saved == str(tmp_path / "sweep" / events.FILE_NAME)
     assert client.get_run(parent).info.status == "RUNNING"  # nothing written yet
 
-    upload_last_session(where, uri)  # the sweep starts again: the store answers
+    catch_up(closing.saved, "the last session", tracking_uri=uri)  # the sweep starts again: the store answers
     run = client.get_run(parent)
     assert run.info.status == "KILLED" and run.data.tags[names.ERROR_TAG].startswith("interrupted (SIGTERM")
     assert run.data.tags[names.trials_count_tag("unfinished")] == "1"
-    assert not unsent.exists(closing.saved)
-    upload_last_session(where, uri)  # nothing left: no-op
+    assert events.Record(closing.saved).pending() == []
+    catch_up(closing.saved, "the last session", tracking_uri=uri)  # nothing left: no-op
     assert "WARNING" not in capsys.readouterr().err
 
 
 def test_a_sweep_whose_tuner_fails_ends_its_parent_failed_with_the_error(tmp_path):
     uri, p, parent = _sweep(tmp_path)
     client = MlflowClient(uri)
-    closing = ParentClose(client, uri, client.get_run(parent).info, "smoke-x", storage.resolve(str(tmp_path)),
+    closing = ParentClose(uri, client.get_run(parent).info, "smoke-x", storage.resolve(str(tmp_path)),
                           {"active_s": 0.0}, time.time())
     assert closing.end("FAILED", failure="TuneError: experiment state is corrupt") is None
     run = client.get_run(parent)

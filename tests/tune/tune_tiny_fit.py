@@ -111,18 +111,18 @@ OUTAGE_READY, OUTAGE_GO = "outage-ready", "outage-go"  # files in trainer.storag
 
 def fit_through_outage(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow_tags=None):
     """`fit` whose tracking server dies mid-run and stays down, as the real one meets it: its metric values go
-    through `StepLogger` into the run directory's unsent file, and it ends with `TrackingUnavailable` carrying its
+    through `StepLogger` into the run directory's record, and it ends with `TrackingUnavailable` carrying its
     final metrics. It writes `OUTAGE_READY` after step 0 and waits for the test's `OUTAGE_GO` (the server is down)."""
     from pathlib import Path
 
-    from raystream.tracking import StepLogger, start_run, unsent
+    from raystream.tracking import StepLogger, events, start_run
     from raystream.train.run import TrackingUnavailable, finish_run
 
     uri, storage = cfg.mlflow.tracking_uri, Path(cfg.trainer.storage_path)
     run_id = start_run(MlflowClient(uri), experiment=cfg.mlflow.experiment, uri=uri, run_name=run_name,
                        parent_run_id=mlflow_parent_run_id, tags=mlflow_tags)
-    path = unsent.path_in(str(storage / run_name))
-    logger = StepLogger(uri, run_id, unsent=path)
+    path = events.path_in(str(storage / run_name))
+    logger = StepLogger(uri, run_id, path)
     logger.log({"loss": 1.0}, 0)
     assert logger.close(timeout_s=30) == 0, "step 0 is written while the server runs"
     (storage / OUTAGE_READY).write_text(run_id)
@@ -130,13 +130,13 @@ def fit_through_outage(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_
     while not (storage / OUTAGE_GO).exists():
         assert time.monotonic() < deadline, "the test did not stop the tracking server"
         time.sleep(0.1)
-    logger = StepLogger(uri, run_id, unsent=path)
+    logger = StepLogger(uri, run_id, path)
     steps = cfg.trainer.max_steps or 4
     for step in range(1, steps):
         logger.log({"loss": 1.0 / (step + 1)}, step)
-    logger.close(timeout_s=1)  # the server is down: the values stay in the unsent file
+    logger.close(timeout_s=1)  # the server is down: the values wait in the record
     try:
-        finish_run(MlflowClient(uri), uri, run_id, path, {"end_status": "FINISHED"})
+        finish_run(uri, run_id, path, [events.end(run_id, "FINISHED")])
     except TrackingUnavailable as exc:
         exc.final = {"loss": 1.0 / steps, "eval/knn_top1": 0.5, "mlflow_run_id": run_id}
         raise

@@ -177,11 +177,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         return bench_main(cfg, device=args.device, steps=args.steps, json_path=args.json,
                           time_budget=args.time_budget, compile=args.compile, overrides=args.overrides)
     if args.data_command == "inspect":
-        from raystream.data.inspect import main as inspect_main
+        from raystream.data.stream.inspect import main as inspect_main
 
         return inspect_main(cfg, batches=args.batches, start_step=args.start_step, world_size=args.world_size)
     if args.data_command == "index":
-        from raystream.data.index import main as index_main
+        from raystream.data.videos.index import main as index_main
 
         return index_main(cfg, args.videos)
     if args.data_command == "correlation":
@@ -189,7 +189,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return correlation_main(cfg, steps=args.steps, checkpoint=args.checkpoint, device=args.device,
                                 micro_batch=args.micro_batch)
-    from raystream.data.demo import main as demo_main
+    from raystream.data.demo.videos import main as demo_main
 
     return demo_main(cfg)
 

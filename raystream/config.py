@@ -17,7 +17,7 @@ from raystream import config_tree
 from raystream.checks import Check
 from raystream.data import config as data_config
 from raystream.data.config import DataConfig, StreamConfig
-from raystream.data.orders import check_shards
+from raystream.data.stream.orders import check_shards
 from raystream.eval import config as eval_config
 from raystream.eval.config import EvalConfig
 from raystream.models import config as models_config

@@ -1,6 +1,6 @@
 """URIs of object stores (s3://bucket/key, gs://bucket/key) opened as pyarrow filesystems: the one place that
 turns a URI into (filesystem, path) for results (`trainer.storage_path`, raystream/train/storage.py) and videos
-(`data.videos` and the other video inputs, raystream/data/remote.py).
+(`data.videos` and the other video inputs, raystream/data/videos/remote.py).
 
 Every process resolves a URI itself, with its own credentials (instance profile, service account) and endpoint
 (`AWS_ENDPOINT_URL`, e.g. an S3-compatible server), as pyarrow reads them. Errors are `UriError` with a one-line

@@ -65,7 +65,7 @@ def _setting(cfg, trainee: Trainee, device: torch.device, overrides: Sequence[st
 def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: float = 480.0, compile: str = "auto",
         overrides: Sequence[str] = ()) -> Dict[str, Any]:
     """Measure; the result dict (report.py lists its keys). Raises BenchError, DataError, CheckFailed."""
-    from raystream.data.workers import available_cores, default_decode_workers
+    from raystream.data.decode.workers import available_cores, default_decode_workers
 
     budget = Budget(time_budget)
     dev = resolve_device(device)

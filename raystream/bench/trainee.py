@@ -70,7 +70,7 @@ def sync(device: torch.device) -> None:
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    from raystream.data.workers import available_cores
+    from raystream.data.decode.workers import available_cores
 
     return f"CPU, {available_cores()} cores, {torch.get_num_threads()} torch thread(s)"
 

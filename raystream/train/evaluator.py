@@ -12,15 +12,31 @@ evaluation of the same weights under the same protocol encodes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import random
 import sys
 import time
 from typing import Any, Dict, Optional
 
+import numpy as np
 import torch
 
 from raystream.eval.shard import Shard
 from raystream.tracking import names
+
+
+@contextlib.contextmanager
+def rng_kept():
+    """Python's, numpy's and torch's (CPU and current GPU) random states are as they were after the block."""
+    py_state, np_state = random.getstate(), np.random.get_state()
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
 
 
 class Evaluator:
@@ -38,7 +54,6 @@ class Evaluator:
     def __call__(self, model) -> Dict[str, float]:
         from raystream.data import build_heldout_stream
         from raystream.eval.loaders import load_probe_source
-        from raystream.train.loop import rng_kept
 
         needs = set(self.scenario.needs)
         probe = heldout = None

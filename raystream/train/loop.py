@@ -31,7 +31,6 @@ After a machine fault Ray Train restarts the workers and the stream resumes at t
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import time
@@ -47,7 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 from raystream.eval.shard import Shard
 from raystream.tracking import names
 from raystream.train import checkpoint, divergence, faults, persist
-from raystream.train.evaluator import Evaluator
+from raystream.train.evaluator import Evaluator, rng_kept
 from raystream.train.node_metrics import start_node_monitor
 from raystream.train.progress import Progress
 from raystream.train.schedule import Schedules
@@ -66,19 +65,6 @@ def typed_config(plain: Dict[str, Any]) -> DictConfig:
     from raystream.config import RunConfig
 
     return OmegaConf.merge(OmegaConf.structured(RunConfig), plain)
-
-
-@contextlib.contextmanager
-def rng_kept():
-    """Python's, numpy's and torch's (CPU and current GPU) random states are as they were after the block."""
-    py_state, np_state = random.getstate(), np.random.get_state()
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    try:
-        with torch.random.fork_rng(devices=devices):
-            yield
-    finally:
-        random.setstate(py_state)
-        np.random.set_state(np_state)
 
 
 def _quiet_ray_train(level: str) -> None:

@@ -1,0 +1,208 @@
+"""Checking every listed video before a stream starts: its frame count, fps and size, read by the decoder.
+
+`probe_videos` opens each file with the configured decoder in a child process (`python -m
+raystream.data.videos.probing`) and decodes its first and last frames, so a missing, non-video, truncated/corrupt or
+empty file is reported by name before training; and a file that makes the decoder hang or abort costs at most
+`decode_timeout_s` and becomes an error, not a frozen sweep. A file decord would read wrong (decode/exact.py) is
+marked for PyAV (`VideoInfo.pyav_because`); see docs/videos.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from raystream.data.decode.backends import open_reader
+from raystream.data.decode.exact import misread
+from raystream.data.errors import DataError
+from raystream.data.videos.listing import VideoEntry, VideoInfo
+
+_CACHE: Dict[tuple, Tuple[Optional[VideoInfo], Optional[str]]] = {}
+
+
+def _cache_key(path: str, decoder: str) -> Optional[tuple]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (os.path.realpath(path), st.st_size, st.st_mtime_ns, decoder)
+
+
+def probe_videos(entries: Sequence[VideoEntry], decoder: str, timeout_s: float,
+                 fps_override: Optional[float] = None) -> Tuple[List[VideoInfo], List[Tuple[str, str]]]:
+    """(good videos in order, [(path, problem)] for the bad ones). Results are cached per (file, size, mtime)."""
+    results: Dict[int, Tuple[Optional[VideoInfo], Optional[str]]] = {}
+    todo: List[int] = []
+    for i, e in enumerate(entries):
+        if not os.path.exists(e.path):
+            results[i] = (None, "file not found")
+        elif not os.path.isfile(e.path):
+            results[i] = (None, "not a regular file")
+        elif not os.access(e.path, os.R_OK):
+            results[i] = (None, "not readable (permission denied)")
+        elif os.path.getsize(e.path) == 0:
+            results[i] = (None, "empty file (0 bytes): not a video")
+        else:
+            key = _cache_key(e.path, decoder)
+            if key in _CACHE:
+                results[i] = _CACHE[key]
+            else:
+                todo.append(i)
+    for i, res in _probe_in_child([entries[i].path for i in todo], decoder, timeout_s).items():
+        results[todo[i]] = res
+        key = _cache_key(entries[todo[i]].path, decoder)
+        if key is not None:
+            _CACHE[key] = res
+    good: List[VideoInfo] = []
+    bad: List[Tuple[str, str]] = []
+    for i, e in enumerate(entries):
+        info, problem = results[i]
+        if problem is not None:
+            bad.append((e.path, problem))
+            continue
+        fps = float(fps_override) if fps_override else info.fps
+        if not fps or fps <= 0:
+            bad.append((e.path, "the container gives no frame rate: set data.fps"))
+            continue
+        good.append(VideoInfo(e.path, info.num_frames, fps, info.height, info.width, e.label,
+                              pyav_because=info.pyav_because))
+    return good, bad
+
+
+def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[int, tuple]:
+    """Probe `paths` in child processes; a hang past `timeout_s` or a crash marks that file bad and moves on."""
+    out: Dict[int, tuple] = {}
+    start = 0
+    while start < len(paths):
+        proc = subprocess.Popen([sys.executable, "-m", "raystream.data.videos.probing", decoder],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        proc.stdin.write(json.dumps(paths[start:]))
+        proc.stdin.close()
+        lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+        current, started = start, False
+        while current < len(paths):
+            try:  # before the first file the child is still starting Python and importing the decoder
+                line = lines.get(timeout=timeout_s if started else timeout_s + 60.0)
+            except queue.Empty:
+                proc.kill()
+                proc.wait()
+                out[current] = (None, f"decoding did not finish within data.decode_timeout_s = {timeout_s}s "
+                                      "(a stuck decode: the file is likely corrupt)")
+                current += 1
+                break
+            if line is None:  # the child died (e.g. a native abort inside the decoder)
+                code = proc.wait()
+                out[current] = (None, f"the {decoder} decoder crashed on it (exit code {code}): corrupt file")
+                current += 1
+                break
+            msg = json.loads(line)
+            if "started" in msg:
+                current, started = start + msg["started"], True
+                continue
+            i = start + msg["i"]
+            if msg.get("error"):
+                out[i] = (None, msg["error"])
+            else:
+                out[i] = (VideoInfo(paths[i], msg["num_frames"], msg["fps"], msg["height"], msg["width"],
+                                    pyav_because=msg.get("pyav_because")), None)
+            current = i + 1
+        else:
+            proc.wait()
+        start = current
+    return out
+
+
+def _pump(stream, lines: "queue.Queue[Optional[str]]") -> None:
+    for line in stream:
+        if line.strip():
+            lines.put(line)
+    lines.put(None)
+
+
+def _probe_one(path: str, decoder: str) -> dict:
+    """Open `path`, decode its first and last frames; a dict with the facts or an `error`.
+
+    The container is read with PyAV first (its FFmpeg messages say what is wrong: no video stream, zero frames,
+    invalid data), and its packets must hold the frames the container states (PyAVReader.truncation). With
+    data.decoder=decord, decord must then open the file, index it as the container does (exact.misread) and decode
+    its first and last frames; where it cannot, PyAV must, and reads the file (`pyav_because` says why).
+    """
+    opened = []
+    try:
+        facts = open_reader(path, "pyav", max_read_through=1 << 30)
+        opened.append(facts)
+        if facts.num_frames <= 0:
+            return {"error": "has zero frames"}
+        cut = facts.truncation()
+        if cut is not None:
+            return {"error": f"truncated or corrupt: {cut}"}
+        reader, because = facts, None
+        if decoder != "pyav":
+            try:
+                opened.append(open_reader(path, decoder, max_read_through=1 << 30))
+                because = misread(opened[-1], facts) or _ends(opened[-1], path)
+            except DataError as exc:  # PyAV reads the container, decord cannot
+                because = _strip_path(str(exc), path)
+            if because is None:
+                reader = opened[-1]
+        problem = _ends(reader, path) if reader is facts else None
+        if problem is not None:
+            return {"error": problem}
+        return {"num_frames": reader.num_frames, "fps": reader.fps, "height": reader.height, "width": reader.width,
+                "pyav_because": because}
+    except DataError as exc:
+        return {"error": _strip_path(str(exc), path)}
+    except Exception as exc:  # noqa: BLE001 - any decoder failure is a property of this file, reported by name
+        return {"error": f"unreadable: {type(exc).__name__}: {exc}"}
+    finally:
+        for r in opened:
+            r.close()
+
+
+def _ends(reader, path: str) -> Optional[str]:
+    """What keeps `reader` from reading the video's first and last frames; None when it reads both."""
+    n = reader.num_frames
+    if n <= 0:
+        return "has zero frames"
+    if reader.height <= 0 or reader.width <= 0:
+        return f"unreadable video stream ({reader.width}x{reader.height} frames)"
+    try:
+        reader.get([0])
+    except DataError as exc:
+        return f"unreadable: frame 0 does not decode ({_strip_path(str(exc), path)})"
+    try:
+        last = reader.get([n - 1])
+    except DataError as exc:
+        return (f"truncated or corrupt: the container claims {n} frames but frame {n - 1} does not decode "
+                f"({_strip_path(str(exc), path)})")
+    if last.shape[0] != 1:
+        return f"truncated or corrupt: frame {n - 1} of the claimed {n} does not decode"
+    return None
+
+
+def _strip_path(message: str, path: str) -> str:
+    return message[len(path) + 2:] if message.startswith(path + ": ") else message
+
+
+def _child_main() -> None:
+    decoder = sys.argv[1]
+    __import__("decord" if decoder == "decord" else "av")  # import before the first file's clock starts
+    paths = json.loads(sys.stdin.read())
+    # a test hook: every file's decode takes at least this long, a stuck decode the tests can rely on
+    delay_s = float(os.environ.get("RAYSTREAM_PROBE_DELAY_S", "0"))
+    for i, path in enumerate(paths):
+        print(json.dumps({"started": i}), flush=True)
+        if delay_s:
+            time.sleep(delay_s)
+        print(json.dumps({"i": i, **_probe_one(path, decoder)}), flush=True)
+
+
+if __name__ == "__main__":
+    _child_main()

@@ -20,10 +20,14 @@ import time
 from typing import Any, Dict, Optional
 
 import numpy as np
+import pyarrow.fs as pafs
 import torch
 
+from raystream.data import build_heldout_stream
+from raystream.eval.loaders import load_probe_source
 from raystream.eval.shard import Shard
 from raystream.tracking import names
+from raystream.uris import filesystem_at
 
 
 @contextlib.contextmanager
@@ -52,9 +56,6 @@ class Evaluator:
         self._heldout = None
 
     def __call__(self, model) -> Dict[str, float]:
-        from raystream.data import build_heldout_stream
-        from raystream.eval.loaders import load_probe_source
-
         needs = set(self.scenario.needs)
         probe = heldout = None
         if "probe" in needs and list(self.cfg.eval.metrics):
@@ -88,13 +89,9 @@ class StoredFeatures:
         self.uri, self.rank, self.extracted = uri, rank, 0
 
     def _fs(self):
-        from raystream.uris import filesystem_at
-
         return filesystem_at(self.uri)
 
     def load(self) -> Optional[Dict[str, Optional[torch.Tensor]]]:
-        import pyarrow.fs as pafs
-
         fs, path = self._fs()
         if fs.get_file_info(path).type != pafs.FileType.File:
             return None

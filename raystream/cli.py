@@ -190,7 +190,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return correlation_main(cfg, steps=args.steps, checkpoint=args.checkpoint, device=args.device,
                                 micro_batch=args.micro_batch)
-    from raystream.data.demo.videos import main as demo_main
+    from raystream.data.demo.videos import main as demo_main  # lazy: see _dispatch
 
     return demo_main(cfg)
 

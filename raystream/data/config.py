@@ -67,7 +67,7 @@ class DataConfig:
     read_ahead: bool = True  # decode workers start on the segments of later steps (one job per worker ahead) while
     # the stream waits for and assembles the current batch; false: only what the current step needs
     shuffle_horizon: int = 4  # shuffled order: batches planned together, so the clips of one video segment drawn
-    # within them are decoded in one pass over it (raystream.data.decode.plan); frames of up to this many batches are held
+    # within them are decoded in one pass over it (data/decode/plan.py); frames of up to this many batches are held
     decord_reset_frames: int = 1  # >0: after this many frames, flush decord's decoder at the next keyframe (a seek,
     # nothing decoded twice), so the frames decord queues ahead stay bounded by the GOP, not the video's length
     # (see backends.DecordReader); 0 = never (decord's memory then rises to an erratic, higher level)

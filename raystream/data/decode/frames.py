@@ -3,8 +3,8 @@
 The stream asks the decoder for frames already scaled (`scaled_size`: the whole frame scaled so its short side is
 `resolution`, in libswscale inside decord or PyAV) and crops the square out of that (`crop_square`): no per-frame
 Python resize. `square_resize` is the reference the other way round (crop at full size, then PIL's antialiased
-bilinear resize); the two agree within a few grey levels (tests/data/decode/test_decode.py) and it still serves the probe
-set, whose few frames are read once.
+bilinear resize); the two agree within a few grey levels (tests/data/decode/test_decode.py) and it still serves
+the probe set, whose few frames are read once.
 """
 
 from __future__ import annotations

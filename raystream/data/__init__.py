@@ -2,7 +2,7 @@
 
     from raystream.data import build_stream, build_heldout_stream, ensure_demo_videos, DataError, Batch
 
-Three rooms, with arrows one way (stream -> videos -> decode, stream -> decode; tests/test_imports.py checks it):
+Three rooms, with arrows one way (stream -> videos -> decode, stream -> decode, demo; tests/test_imports.py):
 - `videos/`: where the videos are: listing what a config names, objects of a store, the node cache, prefetching,
   the per-directory index, and probing each video's frame count, fps and size (in a child process).
 - `decode/`: how frames are decoded: decord / PyAV readers, crop and scale geometry, segment plans, decode

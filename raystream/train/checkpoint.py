@@ -32,7 +32,6 @@ from typing import Any, Collection, Dict, Optional, Sequence, Tuple
 import numpy as np
 import pyarrow.fs as pafs
 import torch
-from ray.train import Checkpoint
 
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"
@@ -217,6 +216,8 @@ def restorable(candidates: Sequence[Any]):
     """The checkpoint a worker restores: the newest of `candidates` (Ray `Checkpoint`s: Ray Train's record of the
     latest and the driver's `resume_from`) when it is complete, else the newest complete one in its run directory
     (`latest`, naming what it skips). None without candidates; CheckpointError when none is complete."""
+    from ray.train import Checkpoint  # lazy: checkpoints are written without Ray too (`raystream bench`)
+
     found = [c for c in candidates if c is not None]
     if not found:
         return None

@@ -45,10 +45,9 @@ from omegaconf import OmegaConf
 from raystream.data import ClipStream, DataError, build_stream, shard_places
 from raystream.models import build_scenario
 from raystream.optim.reductions import cosine
-from raystream.tracking.names import CORRELATION_SEQUENTIAL as SEQUENTIAL
-from raystream.tracking.names import CORRELATION_SEQUENTIAL_RAW as SEQUENTIAL_RAW
-from raystream.tracking.names import CORRELATION_SHUFFLED as SHUFFLED
-from raystream.tracking.names import CORRELATION_SHUFFLED_RAW as SHUFFLED_RAW
+from raystream.tracking.names import (CORRELATION_SEQUENTIAL as SEQUENTIAL, CORRELATION_SEQUENTIAL_RAW as
+                                      SEQUENTIAL_RAW, CORRELATION_SHUFFLED as SHUFFLED, CORRELATION_SHUFFLED_RAW as
+                                      SHUFFLED_RAW)
 from raystream.train.step import autocast_for
 
 METRICS = {SEQUENTIAL: "sequential", SHUFFLED: "shuffled", SEQUENTIAL_RAW: "sequential_raw",

@@ -45,7 +45,7 @@ def _cfgs(videos, cache_dir=None):
 
 def run(videos, cache_dir=None, rank=0, world=1) -> dict:
     """One pass: clips delivered, seconds (from build_stream, listing and index included, to the last batch)."""
-    from raystream.data.stream import build_stream
+    from raystream.data.stream.build import build_stream
 
     data, stream_cfg = _cfgs(videos, cache_dir)
     t0 = time.perf_counter()
@@ -66,7 +66,7 @@ def main() -> int:
     import torch
 
     from local_cloud import local_s3
-    from raystream.data.index import write_index
+    from raystream.data.videos.index import write_index
 
     torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp(prefix="rsbench"))

@@ -43,8 +43,8 @@ SETTINGS = {
 def make_video(root: Path, frames: int, canvas: int) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     from raystream.data.config import DemoConfig
-    from raystream.data.demo import render_video
-    from raystream.data.encode import write_video
+    from raystream.data.demo.encode import write_video
+    from raystream.data.demo.render import render_video
 
     cfg = DemoConfig(kind="walking_tour", num_videos=1, frames_per_video=frames, fps=60.0, canvas=canvas,
                      objects_per_frame=3, drift_speed=1.0, scene_frames=200, digit_scale=max(1, canvas // 32))
@@ -73,9 +73,9 @@ def child(method: str, video: str, setting: str, decoder: str, resolution: int, 
     import decord
     import torch
 
-    from raystream.data.clips import ClipGeometry
-    from raystream.data.frames import crop_square, scaled_size
-    from raystream.data.stream import build_stream
+    from raystream.data.decode.frames import crop_square, scaled_size
+    from raystream.data.stream.build import build_stream
+    from raystream.data.stream.clips import ClipGeometry
 
     torch.set_num_threads(1)
     data, scfg = _stream_cfgs(video, setting, decoder, resolution, reset_frames, workers, order)

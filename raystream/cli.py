@@ -32,6 +32,7 @@ from omegaconf import OmegaConf
 from raystream.config import ConfigError, compose
 from raystream.config_tree import ConfigTreeError, add_user_dirs
 from raystream.tracking.store import TrackingStoreError
+from raystream.train.ray_start import loopback_only
 
 if TYPE_CHECKING:
     from raystream.tune.sweep import SweepOutcome
@@ -129,8 +130,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from raystream.train.ray_start import loopback_only
-
     loopback_only()  # before anything imports Ray: a local cluster advertises 127.0.0.1 only
     args = _parser().parse_args(argv)
     try:
@@ -141,6 +140,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    """Run the command. Each command's code is imported lazily, here: only that command's part of raystream loads
+    (a `data` command imports neither Ray nor MLflow), and nothing imports Ray before `main`'s loopback_only()."""
     if args.command == "report":
         from raystream.tracking.report import main as report_main
 
@@ -157,42 +158,42 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "train":
         from raystream.tracking.store import prepare_store, tracking_uri
-        from raystream.train.preflight import check_evaluation_data
-        from raystream.train.run import main as train_main
+        from raystream.train.preflight import check_evaluation_data  # lazy: see _dispatch
+        from raystream.train.run import main as train_main  # lazy: see _dispatch
 
         prepare_store(tracking_uri(cfg))  # reachable, writable and created before Ray starts
         check_evaluation_data(cfg)  # fit() checks the rest before Ray starts (the backbone's checkpoint included)
         return train_main(cfg, overrides=args.overrides)
     if args.command == "eval":  # the target, probe set, model and tracking store are checked before Ray starts
-        from raystream.train.eval_job import main as eval_main
+        from raystream.train.eval_job import main as eval_main  # lazy: see _dispatch
 
         return eval_main(cfg, args.target)
     if args.command == "sweep":  # run_sweep checks the tracking store and every cell before Ray starts
         return sweep_main(cfg, overrides=args.overrides, verbose=args.verbose)
     if args.command == "bench" and args.eval:
-        from raystream.bench.eval_rates import main as eval_rates_main
+        from raystream.bench.eval_rates import main as eval_rates_main  # lazy: see _dispatch
 
         return eval_rates_main([*(["--device", args.device] if args.device else []),
                                 *(["--json", args.json] if args.json else [])])
     if args.command == "bench":
-        from raystream.bench.main import main as bench_main
+        from raystream.bench.main import main as bench_main  # lazy: see _dispatch
 
         return bench_main(cfg, device=args.device, steps=args.steps, json_path=args.json,
                           time_budget=args.time_budget, compile=args.compile, overrides=args.overrides)
     if args.data_command == "inspect":
-        from raystream.data.inspect import main as inspect_main
+        from raystream.data.stream.inspect import main as inspect_main  # lazy: see _dispatch
 
         return inspect_main(cfg, batches=args.batches, start_step=args.start_step, world_size=args.world_size)
     if args.data_command == "index":
-        from raystream.data.index import main as index_main
+        from raystream.data.videos.index import main as index_main  # lazy: see _dispatch
 
         return index_main(cfg, args.videos)
     if args.data_command == "correlation":
-        from raystream.train.correlation import main as correlation_main
+        from raystream.train.correlation import main as correlation_main  # lazy: see _dispatch
 
         return correlation_main(cfg, steps=args.steps, checkpoint=args.checkpoint, device=args.device,
                                 micro_batch=args.micro_batch)
-    from raystream.data.demo import main as demo_main
+    from raystream.data.demo.videos import main as demo_main  # lazy: see _dispatch
 
     return demo_main(cfg)
 

@@ -11,17 +11,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import OverrideType
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from raystream import config_tree
 from raystream.checks import Check
 from raystream.data import config as data_config
 from raystream.data.config import DataConfig, StreamConfig
-from raystream.data.orders import check_shards
+from raystream.data.stream.orders import check_shards
 from raystream.eval import config as eval_config
 from raystream.eval.config import EvalConfig
 from raystream.models import config as models_config
 from raystream.models.config import ScenarioConfig
+from raystream.models.vit import preset_shape
 from raystream.optim import config as optim_config
 from raystream.optim.config import OptimizerConfig
 from raystream.tracking import config as tracking_config
@@ -54,8 +63,6 @@ def config_dir() -> Path:
 
 
 def _register_schema() -> None:
-    from hydra.core.config_store import ConfigStore
-
     ConfigStore.instance().store(name="run_schema", node=RunConfig)
 
 
@@ -67,12 +74,6 @@ def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictC
     a nested path). Raises ConfigError naming the key for unknown keys (with or without `+`), wrong types, unknown
     group options and bad ranges.
     """
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
     _register_schema()
     hydra_overrides, axis_overrides = _split_sweep_axis_overrides(overrides)
     if any(o.lstrip("+~").startswith("hydra.searchpath") for o in hydra_overrides):
@@ -104,9 +105,6 @@ SWEEP_AXIS_MAPPINGS = ("grid", "sample", "fixed")
 
 def _split_sweep_axis_overrides(overrides: Sequence[str]) -> Tuple[List[str], List[Any]]:
     """(overrides Hydra applies, parsed overrides of sweep axes applied after composition)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     prefixes = tuple(f"sweep.{m}." for m in SWEEP_AXIS_MAPPINGS)
     hydra_overrides, axis = [], []
     for text in overrides:
@@ -121,8 +119,6 @@ def _split_sweep_axis_overrides(overrides: Sequence[str]) -> Tuple[List[str], Li
 
 
 def _apply_sweep_axis_overrides(cfg: DictConfig, axis_overrides: Sequence[Any]) -> None:
-    from hydra.core.override_parser.types import OverrideType
-
     for o in axis_overrides:
         _, mapping, key = o.key_or_group.split(".", 2)
         node = cfg.sweep[mapping]
@@ -139,8 +135,6 @@ def _apply_sweep_axis_overrides(cfg: DictConfig, axis_overrides: Sequence[Any]) 
 
 def _check_known_keys(cfg: DictConfig) -> None:
     """Every key is one of the schema's (`+optimizer.lrr=1` adds a key Hydra does not check)."""
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.to_container(cfg))
     except OmegaConfBaseException as exc:
@@ -212,8 +206,6 @@ def check(cfg: DictConfig) -> None:
     if problem:
         raise ConfigError(problem)
     if cfg.scenario.name == "dora":
-        from raystream.models.vit import preset_shape
-
         try:
             heads = preset_shape(cfg.scenario.backbone).num_heads
         except ValueError as exc:  # embed_dim not divisible by num_heads

@@ -1,6 +1,6 @@
 """URIs of object stores (s3://bucket/key, gs://bucket/key) opened as pyarrow filesystems: the one place that
 turns a URI into (filesystem, path) for results (`trainer.storage_path`, raystream/train/storage.py) and videos
-(`data.videos` and the other video inputs, raystream/data/remote.py).
+(`data.videos` and the other video inputs, raystream/data/videos/remote.py).
 
 Every process resolves a URI itself, with its own credentials (instance profile, service account) and endpoint
 (`AWS_ENDPOINT_URL`, e.g. an S3-compatible server), as pyarrow reads them. Errors are `UriError` with a one-line
@@ -9,6 +9,7 @@ reason; each caller names its own config key around it.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Optional, Tuple
 
 
@@ -25,7 +26,7 @@ def is_uri(text: Any) -> bool:
 def filesystem_of(uri: str) -> Tuple[Any, str]:
     """(pyarrow filesystem, path inside it: bucket/key) of `uri`. Raises UriError on an unknown scheme, a URI
     without a bucket, or a filesystem pyarrow cannot set up (region, credentials)."""
-    import pyarrow.fs as pafs
+    import pyarrow.fs as pafs  # lazy: pyarrow is heavy, and only object stores (and train/) need it
 
     scheme, _, rest = uri.partition("://")
     if not scheme or not rest.strip("/"):
@@ -38,9 +39,7 @@ def filesystem_of(uri: str) -> Tuple[Any, str]:
 
 def filesystem_at(where: str) -> Tuple[Any, str]:
     """(pyarrow filesystem, path) of `where`: an object-store URI (`filesystem_of`) or a local path."""
-    import os
-
-    import pyarrow.fs as pafs
+    import pyarrow.fs as pafs  # lazy: pyarrow is heavy, and only object stores (and train/) need it
 
     if is_uri(where):
         return filesystem_of(where)

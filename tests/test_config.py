@@ -100,7 +100,7 @@ def test_the_smallest_demo_canvas_the_check_accepts_is_one_decord_reads(tmp_path
     import decord
 
     from raystream.data.config import DECORD_UNREADABLE_CANVAS
-    from raystream.data.demo import ensure_demo_videos
+    from raystream.data.demo.videos import ensure_demo_videos
 
     def frames(canvas):
         cfg = compose([f"data.demo.cache_dir={tmp_path / str(canvas)}", "data.demo.frames_per_video=8",

@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 
 from raystream.bench.optimizer_timing import copy_groups
 from raystream.bench.trainee import CheckFailed, Trainee, build_device_stream, build_host_stream
+from raystream.optim import build_optimizer
 
 BREAK_ENV = "RAYSTREAM_BENCH_BREAK"
 BATCHES = 2  # batches compared by device_stream
@@ -93,8 +94,6 @@ def compiled_step(trainee: Trainee) -> str:
     """3 steps of the stock and the compiled Orthogonal-AdamW from the same state and gradients; raises
     CheckFailed("compiled_step", ...) when the updates differ, or the compiled step does not build or runs
     eagerly."""
-    from raystream.optim import build_optimizer
-
     groups = trainee.groups
     stock_groups, compiled_groups = copy_groups(groups), copy_groups(groups)
     before = [p.detach().clone() for g in stock_groups for p in g["params"]]

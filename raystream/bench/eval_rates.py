@@ -36,6 +36,11 @@ from contextlib import nullcontext
 
 import numpy as np
 import torch
+from PIL import Image
+
+from raystream.eval.attentive import AttentiveClassifier
+from raystream.eval.views import image_view
+from raystream.models.vit import VisionTransformer
 
 IMAGENET_TRAIN, IMAGENET_VAL, DINO_EPOCHS = 1_281_167, 50_000, 100
 SSV2_TRAIN, SSV2_VAL, VJEPA_STEPS, VJEPA_BATCH = 168_913, 24_777, 40_000, 32
@@ -70,10 +75,6 @@ def encode_rate(vit, shape, batch: int, batches: int, device: torch.device) -> f
 
 def view_ms(batches: int) -> float:
     """Milliseconds of DINO's centre view of one 500 x 375 JPEG (PIL decode, resize, crop)."""
-    from PIL import Image
-
-    from raystream.eval.views import image_view
-
     buffer = io.BytesIO()
     rng = np.random.default_rng(0)
     Image.fromarray(rng.integers(0, 255, (375, 500, 3), dtype=np.uint8)).save(buffer, "JPEG", quality=90)
@@ -89,8 +90,6 @@ def view_ms(batches: int) -> float:
 
 def attentive_step_s(batches: int, device: torch.device) -> float:
     """Seconds of one attentive-probe step at V-JEPA's batch on ViT-B tokens of a 16-frame clip."""
-    from raystream.eval.attentive import AttentiveClassifier
-
     probe = AttentiveClassifier(768, 174, num_heads=12).to(device)
     opt = torch.optim.AdamW(probe.parameters(), lr=3e-4, weight_decay=0.0)
     tokens = torch.randn(VJEPA_BATCH, 8 * 14 * 14, 768, device=device)
@@ -117,8 +116,6 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """Measure, print the rates and the estimates, write the JSON. Exit 0, or 2 for a device torch does not see."""
-    from raystream.models.vit import VisionTransformer
-
     args = parser().parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():

@@ -28,6 +28,8 @@ from omegaconf import OmegaConf
 from raystream.bench import checks, memory, report, throughput
 from raystream.bench.optimizer_timing import compile_applies, label, time_optimizers
 from raystream.bench.trainee import Budget, CheckFailed, Trainee, device_name, resolve_device
+from raystream.data import DataError
+from raystream.data.decode.workers import available_cores, default_decode_workers
 
 WARMUP = 3  # untimed steps before each timing (the compiled optimizer step compiles in the second)
 COMPILE_BUDGET_S = {"cpu": 600.0, "cuda": 240.0}  # --compile auto compiles when the time budget is at least this
@@ -65,8 +67,6 @@ def _setting(cfg, trainee: Trainee, device: torch.device, overrides: Sequence[st
 def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: float = 480.0, compile: str = "auto",
         overrides: Sequence[str] = ()) -> Dict[str, Any]:
     """Measure; the result dict (report.py lists its keys). Raises BenchError, DataError, CheckFailed."""
-    from raystream.data.workers import available_cores, default_decode_workers
-
     budget = Budget(time_budget)
     dev = resolve_device(device)
     meter = memory.PeakMemory(dev, memory.rss())
@@ -131,8 +131,6 @@ def training_phase(trainee: Trainee, meter: memory.PeakMemory, steps: int, budge
 def main(cfg, *, device: Optional[str] = None, steps: int = 20, json_path: Optional[str] = None,
          time_budget: float = 480.0, compile: str = "auto", overrides: Sequence[str] = ()) -> int:
     """`raystream bench`: print the table, write the JSON object. Exit 0, 2 (bad input) or 3 (a check failed)."""
-    from raystream.data import DataError
-
     try:
         if json_path:
             report.check_writable(json_path)

@@ -17,10 +17,15 @@ import resource
 import sys
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from omegaconf import OmegaConf
+
+from raystream.data import build_stream
+from raystream.train import checkpoint
+from raystream.train.correlation import measure_model
 
 GIB = float(1 << 30)
 
@@ -114,9 +119,6 @@ def correlation(trainee) -> Dict[str, Any]:
     the step's autocast, on one worker's shard (a global batch of the per-worker batch, world size 1), 1 pair of
     batches per order: what it holds does not grow with `trainer.correlation_steps` (at most 3 gradients). Returns
     its figures; raises ValueError when the stream has no consecutive pair of such batches."""
-    from raystream.data import build_stream
-    from raystream.train.correlation import measure_model
-
     cfg = OmegaConf.merge(trainee.cfg, {"stream": {"batch_size": trainee.batch_size}})
     base = build_stream(cfg.data, cfg.stream)
     try:
@@ -130,10 +132,6 @@ def save_checkpoint(trainee) -> int:
     """One checkpoint as rank 0 writes it (raystream/train/loop.py `report_with_checkpoint`: the model's and the
     optimizer's state dicts, the previous gradient of grad_cos_prev, torch.save) into a temporary directory,
     removed after; its bytes on disk."""
-    from pathlib import Path
-
-    from raystream.train import checkpoint
-
     diagnostics = trainee.cosines.diagnostics_state_dict() if trainee.cosines is not None else {}
     with tempfile.TemporaryDirectory(prefix="raystream-bench-ckpt-") as d:
         checkpoint.save(Path(d), model_state=trainee.model.state_dict(),

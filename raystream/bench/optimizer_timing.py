@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from torch.optim import Optimizer
 
 from raystream.bench.trainee import Budget, sync
+from raystream.optim import build_optimizer
 
 COMPILED_PROJECTIONS = ("global", "per_tensor")
 
@@ -51,8 +52,6 @@ def copy_groups(groups: List[dict], seed: int = 0) -> List[dict]:
 def builders(opt_cfg, with_compiled: bool) -> Dict[str, Callable[[List[dict]], Optimizer]]:
     """label -> how to build it: the configured optimizer first, then the other Orthogonal-AdamW variant (stock or
     compiled, the compiled one only `with_compiled`), then torch AdamW foreach and fused."""
-    from raystream.optim import build_optimizer
-
     def make(cfg):
         return lambda groups: build_optimizer(groups, cfg, diagnostics=True)
 

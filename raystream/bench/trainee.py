@@ -18,6 +18,10 @@ from typing import Any, Callable, ContextManager, List
 import torch
 from omegaconf import OmegaConf
 
+from raystream.data import DeviceStream, build_stream
+from raystream.data.decode.workers import available_cores
+from raystream.models import build_scenario
+from raystream.optim import GradCosineTracker, build_optimizer, param_groups
 from raystream.train.schedule import Schedules
 from raystream.train.step import autocast_for, forward_backward, optimizer_update
 
@@ -70,7 +74,6 @@ def sync(device: torch.device) -> None:
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    from raystream.data.workers import available_cores
 
     return f"CPU, {available_cores()} cores, {torch.get_num_threads()} torch thread(s)"
 
@@ -98,9 +101,6 @@ class Trainee:
 
     @classmethod
     def build(cls, cfg, device: torch.device, total_steps: int) -> "Trainee":
-        from raystream.models import build_scenario
-        from raystream.optim import GradCosineTracker, build_optimizer, param_groups
-
         torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
         torch.manual_seed(int(cfg.trainer.seed))
         scenario = build_scenario(cfg.scenario, cfg.stream, seed=int(cfg.trainer.seed))
@@ -134,8 +134,6 @@ class Trainee:
 def build_host_stream(cfg, needed: int, decode_workers=None):
     """This worker's shard (rank 0 of `trainer.num_workers`) of the configured stream with at least `needed`
     steps (more passes when one is shorter), decoded by `decode_workers` threads (None: `data.decode_workers`)."""
-    from raystream.data import build_stream
-
     data = cfg.data if decode_workers is None else OmegaConf.merge(cfg.data, {"decode_workers": int(decode_workers)})
     world = int(cfg.trainer.num_workers)
     stream = build_stream(data, cfg.stream, rank=0, world_size=world)
@@ -148,6 +146,4 @@ def build_host_stream(cfg, needed: int, decode_workers=None):
 
 def build_device_stream(cfg, device: torch.device, needed: int, decode_workers=None):
     """`build_host_stream` behind DeviceStream, as a worker reads it (uint8 to the device, copied ahead)."""
-    from raystream.data import DeviceStream
-
     return DeviceStream(build_host_stream(cfg, needed, decode_workers), device)

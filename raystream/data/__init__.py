@@ -1,25 +1,28 @@
 """raystream.data: decoded video clip streams in the paper's batching orders, sharded and resumable. No Ray.
 
-    from raystream.data import build_stream, build_heldout_stream, ensure_demo_videos, load_probe_set, DataError, Batch
+    from raystream.data import build_stream, build_heldout_stream, ensure_demo_videos, DataError, Batch
 
-Where things live: `orders.py` (Figure 4's orders as index arithmetic), `clips.py` (which frames a clip holds),
-`backends.py` (decord / PyAV readers), `frames.py` (crop and scale geometry), `sources.py` (listing and probing
-files), `remote.py` (listing objects of a bucket), `cache.py` (the node cache those are downloaded into),
-`prefetch.py` (downloads ahead of a stream), `index.py` (`raystream data index`: frames and fps without probing),
-`plan.py` (which segment jobs decode which frames), `workers.py` (decode threads), `stream.py` (batches, sharding,
-state), `device.py` (batches copied to the training device ahead of the step), `demo.py` (generated demo videos),
-`probe.py` (labelled probe sets), `inspect.py` (`raystream data inspect`).
+Three rooms, with arrows one way (stream -> videos -> decode, stream -> decode, demo; tests/test_imports.py):
+- `videos/`: where the videos are: listing what a config names, objects of a store, the node cache, prefetching,
+  the per-directory index, and probing each video's frame count, fps and size (in a child process).
+- `decode/`: how frames are decoded: decord / PyAV readers, crop and scale geometry, segment plans, decode
+  threads. It is handed local files and frame indices and knows nothing of orders.
+- `stream/`: Figure 4's orders x the checked videos x the decoder, owning the state (`ClipStream`, `build_stream`,
+  `DeviceStream`, `raystream data inspect`).
+Beside them: `config.py` (the typed schema), `errors.py` (DataError) and `demo/` (the generated demo videos). The
+labelled probe sets live in raystream/eval/labelled_videos.py.
 
-Names are imported lazily, so the probe child process (`python -m raystream.data.sources`) starts without torch.
+Names are imported lazily (on first use), so the probe child process (`python -m raystream.data.videos.probing`),
+which imports this package first, starts without torch.
 """
 
 from importlib import import_module
 
 _EXPORTS = {
-    "Batch": "stream", "ClipRef": "stream", "ClipStream": "stream", "build_stream": "stream",
-    "build_heldout_stream": "stream", "ClipGeometry": "clips", "DataError": "errors", "ORDERS": "orders",
-    "Order": "orders", "shard_places": "orders", "ProbeSet": "probe", "load_probe_set": "probe",
-    "ensure_demo_videos": "demo", "DeviceStream": "device",
+    "Batch": "stream.batches", "ClipRef": "stream.batches", "ClipStream": "stream.batches",
+    "build_stream": "stream.build", "build_heldout_stream": "stream.build", "DeviceStream": "stream.device",
+    "ClipGeometry": "stream.clips", "ORDERS": "stream.orders", "Order": "stream.orders",
+    "shard_places": "stream.orders", "DataError": "errors", "ensure_demo_videos": "demo.videos",
 }
 __all__ = sorted(_EXPORTS)
 

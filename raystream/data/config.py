@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from raystream.checks import Check, one_of
-from raystream.data.orders import ORDERS
+from raystream.data.decode.backends import DECODERS
+from raystream.data.demo.render import DEMO_KINDS
+from raystream.data.stream.orders import ORDERS
 
 
 @dataclass
@@ -47,7 +49,7 @@ class DataConfig:
     When it is None the demo videos described by `demo` are generated on first use and used.
     `heldout_videos` (same forms) feeds `build_heldout_stream`; None with the demo means held-out demo videos.
     Any of these may be or hold URIs of an object store (s3://bucket/prefix/, a manifest object, a video object;
-    raystream/data/remote.py): each node fetches the videos into its cache (`cache_dir`) ahead of the stream.
+    raystream/data/videos/remote.py): each node fetches the videos into its cache (`cache_dir`) ahead of the stream.
     """
 
     name: str = "moving_digits"
@@ -60,16 +62,16 @@ class DataConfig:
     prefetch: int = 2  # batches decoded ahead by the background thread (0 = decode in the caller's thread)
     max_read_through: int = 250  # a forward gap of at most this many frames is decoded through instead of seeking
     max_open_videos: int = 8  # readers kept open per stream (shuffled order revisits videos)
-    decode_workers: Optional[int] = None  # decoding threads per training worker (raystream.data.workers); None =
+    decode_workers: Optional[int] = None  # decoding threads per training worker (raystream.data.decode.workers); None =
     # what this process's CPUs allow. The batches do not depend on it.
     read_ahead: bool = True  # decode workers start on the segments of later steps (one job per worker ahead) while
     # the stream waits for and assembles the current batch; false: only what the current step needs
     shuffle_horizon: int = 4  # shuffled order: batches planned together, so the clips of one video segment drawn
-    # within them are decoded in one pass over it (raystream.data.plan); frames of up to this many batches are held
+    # within them are decoded in one pass over it (data/decode/plan.py); frames of up to this many batches are held
     decord_reset_frames: int = 1  # >0: after this many frames, flush decord's decoder at the next keyframe (a seek,
     # nothing decoded twice), so the frames decord queues ahead stay bounded by the GOP, not the video's length
     # (see backends.DecordReader); 0 = never (decord's memory then rises to an erratic, higher level)
-    # videos from an object store (s3://, gs://; raystream/data/cache.py): each node downloads each video once
+    # videos from an object store (s3://, gs://; raystream/data/videos/cache.py): each node downloads each video once
     # the node cache; None = $RAYSTREAM_CACHE_DIR/videos, else ~/.cache/raystream/videos, read on each node
     cache_dir: Optional[str] = None
     cache_limit_gb: Optional[float] = None  # bound on the node cache's videos (None = no bound); passed videos go first
@@ -80,7 +82,7 @@ class DataConfig:
 
 @dataclass
 class StreamConfig:
-    """How clips are cut from the videos and batched (see `raystream/data/orders.py`).
+    """How clips are cut from the videos and batched (see `raystream/data/stream/orders.py`).
 
     A clip is `frames_per_clip` frames `stride = round(source_fps / fps)` source frames apart; clip k of a video
     starts at source frame k * `clip_shift`. With `target_frames` > 0 it also carries that many target frames at
@@ -100,10 +102,8 @@ class StreamConfig:
     seed: int = 0
 
 
-# The options a `data` / `stream` key takes; the factories in this package accept exactly these.
-DECODERS = ("decord", "pyav")
+# The options a `data` / `stream` key takes (DECODERS, DEMO_KINDS and ORDERS live with the code that implements them).
 ON_BAD_VIDEO = ("error", "skip")
-DEMO_KINDS = ("moving_digits", "walking_tour")
 STREAM_DTYPES = ("float", "uint8")
 
 STREAM_CHECKS = [

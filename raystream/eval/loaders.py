@@ -8,7 +8,7 @@ functions over it take any list of samples, so each rank can load and encode its
 - videos (SSv2, `path label` lists): one clip per video of `frames` frames at `fps`, the video's middle clip
   (a short video's last frame repeated), its short side resized to the model's resolution and centre-cropped,
   decoded by `data.decoder` (from the node cache for a bucket);
-- clips already in memory (the demo probe set, labelled video folders: raystream/data/probe.py).
+- clips already in memory (the demo probe set, labelled video folders: raystream/eval/labelled_videos.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,18 @@ from typing import Any, Callable, List, Sequence
 
 import numpy as np
 import torch
+from PIL import Image, UnidentifiedImageError
 
+from raystream.data.config import StreamConfig
+from raystream.data.decode.backends import open_scaled_reader
+from raystream.data.decode.frames import crop_square
 from raystream.data.errors import DataError
-from raystream.eval.probe_sets import ProbeListing, Sample
+from raystream.data.stream.clips import ClipGeometry
+from raystream.data.videos.cache import NodeCache
+from raystream.data.videos.index import describe_videos
+from raystream.data.videos.listing import VideoEntry
+from raystream.eval.labelled_videos import load_probe_set
+from raystream.eval.probe_sets import ProbeListing, Sample, list_probe_set
 from raystream.eval.views import clip_view, dino_sizes, image_view
 
 Load = Callable[[Sequence[Any], str, np.random.Generator], torch.Tensor]
@@ -60,9 +69,7 @@ def tensor_source(probe) -> ProbeSource:
 
 def image_source(listing: ProbeListing, data_cfg, resolution: int, dino_cfg) -> ProbeSource:
     """Images of an ImageFolder, seen as DINO sees them (resize and crop scaled to `resolution`)."""
-    from PIL import Image, UnidentifiedImageError
 
-    from raystream.data.cache import NodeCache
 
     cache = NodeCache.from_config(data_cfg)
     resize, crop = dino_sizes(resolution, int(dino_cfg.resize), int(dino_cfg.crop))
@@ -84,13 +91,6 @@ def image_source(listing: ProbeListing, data_cfg, resolution: int, dino_cfg) -> 
 
 def video_source(listing: ProbeListing, data_cfg, stream_cfg, frames: int, fps: float) -> ProbeSource:
     """Videos of a published list: the middle clip of `frames` frames at `fps` of each (see the module docstring)."""
-    from raystream.data.cache import NodeCache
-    from raystream.data.clips import ClipGeometry
-    from raystream.data.config import StreamConfig
-    from raystream.data.frames import crop_square
-    from raystream.data.index import describe_videos
-    from raystream.data.sources import VideoEntry
-    from raystream.data.stream import open_scaled_reader
 
     res = int(stream_cfg.resolution)
     clip_cfg = StreamConfig(batch_size=1, frames_per_clip=int(frames), fps=float(fps), clip_shift=1, resolution=res,
@@ -130,10 +130,8 @@ def video_source(listing: ProbeListing, data_cfg, stream_cfg, frames: int, fps: 
 
 def load_probe_source(data_cfg, stream_cfg, eval_cfg) -> ProbeSource:
     """The probe set of `eval.dataset` as a source: a published layout (raystream/eval/probe_sets.py), else the
-    demo probe set or labelled video folders of raystream/data/probe.py, in memory. Clips of videos have
+    demo probe set or labelled video folders of raystream/eval/labelled_videos.py, in memory. Clips of videos have
     eval.vjepa's frames and fps under eval.protocol=vjepa, the stream's otherwise."""
-    from raystream.data.probe import load_probe_set
-    from raystream.eval.probe_sets import list_probe_set
 
     listing = list_probe_set(str(eval_cfg.dataset)) if eval_cfg.dataset is not None else None
     if listing is None:

@@ -11,7 +11,7 @@
 
 Each may be local or under a bucket prefix (`s3://bucket/prefix/`, `gs://...`); objects are listed once here and
 fetched into the node cache only when loaded (raystream/eval/loaders.py). Anything else is None: the caller falls
-back to the labelled video folders of raystream/data/probe.py.
+back to the labelled video folders of raystream/eval/labelled_videos.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from raystream.data.errors import DataError
-from raystream.data.remote import RemoteObject
+from raystream.data.videos import remote
+from raystream.data.videos.remote import RemoteObject, join_uri, stat_objects
 from raystream.uris import is_uri
 
 KEY = "eval.dataset"
@@ -81,8 +82,6 @@ class _Root:
         self._listed: Dict[Tuple[str, ...], List[Tuple[str, str, Optional[RemoteObject]]]] = {}
 
     def join(self, rel: str) -> str:
-        from raystream.data.remote import join_uri
-
         if is_uri(rel) or (not self.remote and os.path.isabs(rel)):
             return rel
         return join_uri(self.base + "/", rel) if self.remote else os.path.normpath(os.path.join(self.base, rel))
@@ -91,8 +90,6 @@ class _Root:
         return self.text(name, required=False) is not None
 
     def text(self, name: str, required: bool = True) -> Optional[str]:
-        from raystream.data import remote
-
         if self.remote:
             found = remote.read_text(self.join(name), KEY)
         else:
@@ -108,8 +105,6 @@ class _Root:
         exts = tuple(extensions)
         if exts not in self._listed:
             if self.remote:
-                from raystream.data import remote
-
                 objects = remote.list_prefix(self.base + "/", KEY, exts, recursive=True)
                 found = [(o.uri[len(self.base) + 1:], o.uri, o) for o in objects]
             else:
@@ -191,8 +186,6 @@ def _lists(root: _Root, train_name: str) -> ProbeListing:
     train, test = (_read_list(root, n) for n in (train_name, test_name))
     classes = 1 + max(s.label for s in train + test)
     if root.remote:
-        from raystream.data.remote import stat_objects
-
         found = stat_objects([s.path for s in train + test if is_uri(s.path)], KEY)
         train, test = ([Sample(s.path, s.label, found.get(s.path)) for s in part] for part in (train, test))
     return ProbeListing("videos", "path label lists", train, test, tuple(str(c) for c in range(classes)))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence, TypeVar
 
 import torch
+import torch.distributed as dist
 
 T = TypeVar("T")
 
@@ -30,8 +31,6 @@ class Shard:
     @classmethod
     def current(cls) -> "Shard":
         """This process's rank and world size in torch.distributed's default group (rank 0 of 1 without one)."""
-        import torch.distributed as dist
-
         if dist.is_available() and dist.is_initialized():
             return cls(dist.get_rank(), dist.get_world_size())
         return cls()
@@ -45,7 +44,6 @@ class Shard:
         scale the parts travel as pickled CPU tensors (`all_gather_object`)."""
         if self.world == 1 or local is None:
             return local
-        import torch.distributed as dist
 
         parts: List[Optional[torch.Tensor]] = [None] * self.world
         dist.all_gather_object(parts, local.cpu())
@@ -58,7 +56,6 @@ class Shard:
         """Sum every parameter's gradient over the ranks (a parameter without one counts as zeros)."""
         if self.world == 1:
             return
-        import torch.distributed as dist
 
         params = list(params)
         for p in params:
@@ -73,7 +70,6 @@ class Shard:
         """`value` summed over the ranks."""
         if self.world == 1:
             return float(value)
-        import torch.distributed as dist
 
         t = torch.tensor([float(value)], dtype=torch.float64)
         if dist.get_backend() == "nccl":

@@ -14,6 +14,7 @@ from typing import Tuple
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
 
 
 def dino_sizes(resolution: int, resize: int, crop: int) -> Tuple[int, int]:
@@ -46,8 +47,6 @@ def random_box(height: int, width: int, rng: np.random.Generator, scale=(0.08, 1
 
 def image_view(image, view: str, resize: int, crop: int, rng: np.random.Generator) -> np.ndarray:
     """A PIL image -> uint8 (3, crop, crop): its centre view, or (`view="augment"`) a random one."""
-    from PIL import Image
-
     image = image.convert("RGB")
     if view == "augment":
         top, left, h, w = random_box(image.height, image.width, rng)

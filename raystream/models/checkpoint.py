@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple, Union
 
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
 from raystream.models.published import LayoutError, Translation, fit_to, fitting_shape, to_vit_keys
@@ -96,8 +97,6 @@ def read_state_dict(path: Union[str, Path], init_from: str = "teacher") -> Tuple
     picked = ""
     try:
         if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
             obj = load_file(str(path), device="cpu")
         else:
             with torch.serialization.safe_globals([argparse.Namespace]):  # DINO's / VideoMAE's saved `args`

@@ -33,7 +33,7 @@ from typing import Dict, List, Tuple
 import torch
 from torch import nn
 
-from raystream.models.vit import dino_interpolate, sinusoid_table
+from raystream.models.vit import PRESETS, dino_interpolate, sinusoid_table
 
 Tensor = torch.Tensor
 
@@ -235,8 +235,6 @@ def fit_to(translation: Translation, encoder: nn.Module) -> Translation:
 
 def fitting_shape(state: Dict[str, Tensor]) -> str:
     """The `scenario.backbone` settings a ViT state dict (raystream keys) was made for, e.g. `preset=small`."""
-    from raystream.models.vit import PRESETS
-
     kernel = state.get("patch_embed.proj.weight")
     if kernel is None:
         return "an unknown backbone (no patch_embed.proj.weight)"

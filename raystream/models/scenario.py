@@ -32,6 +32,7 @@ from raystream.eval.pixels import heldout_pixel_metrics
 from raystream.eval.probes import FeatureCache, probe_metrics
 from raystream.eval.shard import Shard
 from raystream.models.config import SCENARIOS, ScenarioConfig
+from raystream.models.vit import VisionTransformer
 
 Builder = Callable[[Any, Any, int], "Scenario"]
 _REGISTRY: Dict[str, Builder] = {}
@@ -90,8 +91,6 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 def first_vit(model: nn.Module) -> Optional[nn.Module]:
     """The model's first VisionTransformer (its encoder), or None."""
-    from raystream.models.vit import VisionTransformer
-
     return next((m for m in model.modules() if isinstance(m, VisionTransformer)), None)
 
 

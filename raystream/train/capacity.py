@@ -20,14 +20,15 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
+import ray
+import yaml
+
 LAUNCHER_CONFIG = Path("~/ray_bootstrap_config.yaml")  # where `ray up` puts the autoscaling config on the head
 
 
 def cluster_capacity() -> Dict[str, float]:
     """The most of each resource the connected cluster can have: per resource, the larger of what it has now and
     what its autoscaler may add (see the module docstring). Needs `ray.init()` first."""
-    import ray
-
     now = {k: float(v) for k, v in ray.cluster_resources().items()}
     grown = autoscaler_max() or {}
     return {k: max(now.get(k, 0.0), float(grown.get(k, 0.0))) for k in set(now) | set(grown)}
@@ -36,7 +37,7 @@ def cluster_capacity() -> Dict[str, float]:
 def autoscaler_max() -> Optional[Dict[str, float]]:
     """The autoscaler's limits (resources with every node type at its max_workers), or None when none is known."""
     try:
-        from ray._private.state import state
+        from ray._private.state import state  # inside the try: a private Ray API an older / newer Ray may lack
 
         reported = state.get_max_resources_from_cluster_config()
     except Exception:  # a private Ray API: an older / newer Ray without it reads the launcher config instead
@@ -47,8 +48,6 @@ def autoscaler_max() -> Optional[Dict[str, float]]:
     if not path.is_file():
         return None
     try:
-        import yaml
-
         config = yaml.safe_load(path.read_text())
         return max_resources(config)
     except Exception as exc:  # a malformed file: fall back to the resources present, and say so

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Collection, Dict, Optional, Sequence, Tuple
 
 import numpy as np
+import pyarrow.fs as pafs
 import torch
 
 MODEL_FILE = "model.pt"
@@ -101,8 +102,6 @@ def write(fs, path: str, snap: Snapshot) -> None:
     """Write `snap` into checkpoint directory `path` on pyarrow filesystem `fs` (local or object store: straight
     there, no temporary copy). meta.json goes last, with the other files' sizes: until it is written the directory
     reads as torn (`restorable`), an older meta.json there (a checkpoint written again) removed first."""
-    import pyarrow.fs as pafs
-
     fs.create_dir(path, recursive=True)
     meta_path = f"{path}/{META_FILE}"
     if fs.get_file_info(meta_path).type == pafs.FileType.File:
@@ -122,8 +121,6 @@ def write(fs, path: str, snap: Snapshot) -> None:
 def save(directory: Path, *, model_state: Dict[str, torch.Tensor], train_state: Dict[str, Any],
          meta: Dict[str, Any]) -> Path:
     """Write a checkpoint of the live state into local `directory` now (no copy to host memory first)."""
-    import pyarrow.fs as pafs
-
     directory = Path(directory).resolve()
     write(pafs.LocalFileSystem(), str(directory),
           snapshot(model_state=model_state, train_state=train_state, meta=meta, copy=False))
@@ -154,8 +151,6 @@ class CheckpointError(RuntimeError):
 def _meta_or_problem(fs, path: str) -> Tuple[Optional[Dict[str, Any]], str]:
     """(meta.json, "") of checkpoint directory `path` on pyarrow filesystem `fs` when every file is there at the
     size recorded at save; else (None, what is wrong)."""
-    import pyarrow.fs as pafs
-
     try:
         with fs.open_input_stream(f"{path}/{META_FILE}") as f:
             meta = json.loads(f.read().decode())
@@ -178,8 +173,6 @@ def _complete_meta(fs, path: str) -> Optional[Dict[str, Any]]:
 
 def checkpoint_dirs(fs, run_dir: str) -> Dict[str, int]:
     """{path: next step} of the `checkpoint_<step>` directories in `run_dir` (none when it does not exist)."""
-    import pyarrow.fs as pafs
-
     if fs.get_file_info(run_dir).type != pafs.FileType.Directory:
         return {}
     out = {}
@@ -223,6 +216,8 @@ def restorable(candidates: Sequence[Any]):
     """The checkpoint a worker restores: the newest of `candidates` (Ray `Checkpoint`s: Ray Train's record of the
     latest and the driver's `resume_from`) when it is complete, else the newest complete one in its run directory
     (`latest`, naming what it skips). None without candidates; CheckpointError when none is complete."""
+    from ray.train import Checkpoint  # lazy: checkpoints are written without Ray too (`raystream bench`)
+
     found = [c for c in candidates if c is not None]
     if not found:
         return None
@@ -232,7 +227,6 @@ def restorable(candidates: Sequence[Any]):
     picked = latest(newest.filesystem, newest.path.rstrip("/").rsplit("/", 1)[0])
     if picked is None:  # the run directory itself is gone
         raise CheckpointError(f"checkpoint {newest.path}: {_meta_or_problem(newest.filesystem, newest.path)[1]}")
-    from ray.train import Checkpoint
 
     return Checkpoint(picked[0], filesystem=newest.filesystem)
 

@@ -33,6 +33,7 @@ world_size > 1): no Ray.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from typing import Any, Callable, ContextManager, Dict, List, Optional
@@ -41,12 +42,13 @@ import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
+from raystream.data import ClipStream, DataError, build_stream, shard_places
+from raystream.models import build_scenario
 from raystream.optim.reductions import cosine
-from raystream.train.step import autocast_for
-
 from raystream.tracking.names import (CORRELATION_SEQUENTIAL as SEQUENTIAL, CORRELATION_SEQUENTIAL_RAW as
                                       SEQUENTIAL_RAW, CORRELATION_SHUFFLED as SHUFFLED, CORRELATION_SHUFFLED_RAW as
                                       SHUFFLED_RAW)
+from raystream.train.step import autocast_for
 
 METRICS = {SEQUENTIAL: "sequential", SHUFFLED: "shuffled", SEQUENTIAL_RAW: "sequential_raw",
            SHUFFLED_RAW: "shuffled_raw"}  # MLflow metric -> key of the measurement
@@ -65,8 +67,6 @@ def pair_starts(num_steps: int, pairs: int) -> List[int]:
 def micro_places(batch_size: int, world_size: int, rank: int, micro_batch: Optional[int] = None) -> List[range]:
     """The places of the global batch that rank `rank` of `world_size` holds (its training shard), cut into
     micro-batches of at most `micro_batch` places (None: the whole shard; larger than the shard: the shard)."""
-    from raystream.data import shard_places
-
     shard = shard_places(int(batch_size), int(world_size), int(rank))
     m = len(shard) if micro_batch is None else min(int(micro_batch), len(shard))
     if m < 1:
@@ -85,8 +85,6 @@ class _Shard:
     """This rank's micro-batch streams of one order, over the videos an already built stream probed."""
 
     def __init__(self, base, data_cfg, stream_cfg, rank: int, world_size: int, micro_batch: Optional[int]):
-        from raystream.data import ClipStream
-
         places = micro_places(int(stream_cfg.batch_size), world_size, rank, micro_batch)
         self.streams = [ClipStream(base.videos, stream_cfg, data_cfg, p, rank, skipped=base.skipped) for p in places]
         self.batch_size = int(stream_cfg.batch_size)
@@ -283,9 +281,6 @@ def measure(cfg, *, steps: int = 8, checkpoint: Optional[str] = None, device: Op
     Raises DataError (videos), CheckpointError (checkpoint) or ValueError (a stream too short, a non-finite loss,
     a bad device or micro-batch).
     """
-    from raystream.data import build_stream
-    from raystream.models import build_scenario
-
     if steps < 1:
         raise ValueError(f"--steps {steps}: expected at least 1 pair of consecutive batches")
     if micro_batch is not None and micro_batch < 1:
@@ -323,10 +318,6 @@ def main(cfg, *, steps: int = 8, checkpoint: Optional[str] = None, device: Optio
          micro_batch: Optional[int] = None) -> int:
     """`raystream data correlation`: print the measurement as one JSON line. Exit 0, or 2 (bad data, checkpoint,
     device, too short a stream). `micro_batch` None: the run's per-worker batch (`per_worker_batch`)."""
-    import json
-
-    from raystream.data import DataError
-
     torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
     try:
         result = measure(cfg, steps=steps, checkpoint=checkpoint, device=device,

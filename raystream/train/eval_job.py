@@ -17,15 +17,36 @@ otherwise into a new MLflow run named `eval-<protocol>` in `mlflow.experiment`.
 
 from __future__ import annotations
 
+import io
 import sys
 import time
 from typing import Any, Dict, Optional
 
+import ray.train
+import ray.train.torch
+import torch
 from omegaconf import DictConfig, OmegaConf
+from ray.train import RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
 
 from raystream.config import ConfigError, check
+from raystream.data import DataError
+from raystream.eval.probe_sets import list_probe_set
+from raystream.eval.shard import Shard
+from raystream.models import build_scenario
+from raystream.models.checkpoint import CheckpointError, _check_fit
 from raystream.tracking import names
+from raystream.train import faults
+from raystream.train import storage as results
+from raystream.train.capacity import cluster_capacity
+from raystream.train.checkpoint import MODEL_FILE
 from raystream.train.eval_target import EvalTarget, features_uri, resolve
+from raystream.train.evaluator import Evaluator, StoredFeatures
+from raystream.train.loop import typed_config
+from raystream.train.preflight import check_local_cpus, check_resources
+from raystream.train.ray_start import start_ray
+from raystream.train.run import collective_config
+from raystream.uris import filesystem_at
 
 TAG_EVAL = "raystream.eval."  # + protocol: the checkpoint a `raystream eval` evaluated, on the training run
 
@@ -33,8 +54,6 @@ TAG_EVAL = "raystream.eval."  # + protocol: the checkpoint a `raystream eval` ev
 def check_protocol_fits(cfg) -> None:
     """`eval.protocol=dino` on a published set of videos (SSv2, `path label` lists) is a ConfigError: DINO's
     protocol (resize 256, centre crop 224, the linear probe's crops) is defined on images (an ImageFolder)."""
-    from raystream.eval.probe_sets import list_probe_set
-
     if cfg.eval.dataset is None or str(cfg.eval.protocol) != "dino":
         return
     listing = list_probe_set(str(cfg.eval.dataset))
@@ -47,11 +66,6 @@ def check_protocol_fits(cfg) -> None:
 def check_model_fits(cfg, target: EvalTarget) -> None:
     """The checkpoint's model.pt has the keys and shapes of the configured scenario's model (built on the meta
     device); ConfigError naming both otherwise."""
-    import torch
-
-    from raystream.models import build_scenario
-    from raystream.models.checkpoint import CheckpointError, _check_fit
-
     state = read_model_state(target.checkpoint)
     with torch.device("meta"):
         model = build_scenario(cfg.scenario, cfg.stream, int(cfg.trainer.seed)).model
@@ -64,13 +78,6 @@ def check_model_fits(cfg, target: EvalTarget) -> None:
 
 def read_model_state(checkpoint: str) -> Dict[str, Any]:
     """model.pt of a checkpoint directory (local path or URI), on the CPU."""
-    import io
-
-    import torch
-
-    from raystream.train.checkpoint import MODEL_FILE
-    from raystream.uris import filesystem_at
-
     fs, path = filesystem_at(checkpoint)
     with fs.open_input_stream(f"{path}/{MODEL_FILE}") as f:
         return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
@@ -88,15 +95,6 @@ def prepare(cfg: DictConfig, target_text: str) -> EvalTarget:
 def eval_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     """Ray Train entry point of `raystream eval`: this worker's part of the evaluation. Returns (rank 0) the
     metrics, `extracted` (samples encoded for the stored features; 0 when reused) and `seconds`."""
-    import ray.train
-    import ray.train.torch
-    import torch
-
-    from raystream.eval.shard import Shard
-    from raystream.models import build_scenario
-    from raystream.train.evaluator import Evaluator, StoredFeatures
-    from raystream.train.loop import typed_config
-
     cfg = typed_config(config["cfg"])
     job = config["job"]
     torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
@@ -119,16 +117,6 @@ def eval_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
 
 def run(cfg: DictConfig, target: EvalTarget) -> Dict[str, Any]:
     """The evaluation job of `target` (checked by `prepare`): its metrics, `extracted`, `seconds`, `mlflow_run_id`."""
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
-    from raystream.train import faults
-    from raystream.train import storage as results
-    from raystream.train.preflight import check_local_cpus, check_resources
-    from raystream.train.capacity import cluster_capacity
-    from raystream.train.ray_start import start_ray
-    from raystream.train.run import collective_config
-
     tcfg = cfg.trainer
     check_local_cpus(tcfg)
     start_ray()
@@ -190,7 +178,6 @@ def record(cfg, target: EvalTarget, metrics: Dict[str, float]) -> str:
 def main(cfg: DictConfig, target_text: str) -> int:
     """`raystream eval`: exit 0, 1 (the job failed) or 2 (bad target, config, probe set or tracking store: nothing
     ran; the store is created only once the rest is checked)."""
-    from raystream.data import DataError
     from raystream.tracking.store import prepare_store, tracking_uri
 
     try:

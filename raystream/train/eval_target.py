@@ -15,6 +15,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
+import pyarrow.fs as pafs
+from omegaconf import OmegaConf
+
 from raystream.config import ConfigError
 from raystream.train import checkpoint as ckpt_files
 from raystream.train.run import RUN_INFO_FILE
@@ -50,8 +53,6 @@ def _join(base: str, fs_path: str, scheme: Optional[str]) -> str:
 
 
 def _read_json(fs, path: str) -> Optional[Dict[str, Any]]:
-    import pyarrow.fs as pafs
-
     try:
         if fs.get_file_info(path).type != pafs.FileType.File:
             return None
@@ -63,8 +64,6 @@ def _read_json(fs, path: str) -> Optional[Dict[str, Any]]:
 
 def resolve(target: str) -> EvalTarget:
     """The checkpoint `target` names (module docstring); ConfigError when there is none to evaluate."""
-    import pyarrow.fs as pafs
-
     text = str(target).strip()
     text = text if text.endswith("://") else text.rstrip("/")
     scheme = text.partition("://")[0] if is_uri(text) else None
@@ -107,8 +106,6 @@ def features_uri(target: EvalTarget, cfg) -> str:
     """Where the probe set's features of `target`'s weights under `cfg`'s protocol are kept: one file in the run
     directory's `eval_features/`, named by the checkpoint and protocol, keyed by everything that changes them
     (the weights, the model, the probe set, its subset and views)."""
-    from omegaconf import OmegaConf
-
     e, s = cfg.eval, cfg.stream
     key = {"weights": target.identity, "scenario": OmegaConf.to_container(cfg.scenario, resolve=True),
            "stream": [s.resolution, s.frames_per_clip, s.fps], "decoder": str(cfg.data.decoder),

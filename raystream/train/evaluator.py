@@ -12,15 +12,35 @@ evaluation of the same weights under the same protocol encodes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import random
 import sys
 import time
 from typing import Any, Dict, Optional
 
+import numpy as np
+import pyarrow.fs as pafs
 import torch
 
+from raystream.data import build_heldout_stream
+from raystream.eval.loaders import load_probe_source
 from raystream.eval.shard import Shard
 from raystream.tracking import names
+from raystream.uris import filesystem_at
+
+
+@contextlib.contextmanager
+def rng_kept():
+    """Python's, numpy's and torch's (CPU and current GPU) random states are as they were after the block."""
+    py_state, np_state = random.getstate(), np.random.get_state()
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
 
 
 class Evaluator:
@@ -36,10 +56,6 @@ class Evaluator:
         self._heldout = None
 
     def __call__(self, model) -> Dict[str, float]:
-        from raystream.data import build_heldout_stream
-        from raystream.eval.loaders import load_probe_source
-        from raystream.train.loop import rng_kept
-
         needs = set(self.scenario.needs)
         probe = heldout = None
         if "probe" in needs and list(self.cfg.eval.metrics):
@@ -73,13 +89,9 @@ class StoredFeatures:
         self.uri, self.rank, self.extracted = uri, rank, 0
 
     def _fs(self):
-        from raystream.uris import filesystem_at
-
         return filesystem_at(self.uri)
 
     def load(self) -> Optional[Dict[str, Optional[torch.Tensor]]]:
-        import pyarrow.fs as pafs
-
         fs, path = self._fs()
         if fs.get_file_info(path).type != pafs.FileType.File:
             return None

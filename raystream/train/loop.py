@@ -31,7 +31,6 @@ After a machine fault Ray Train restarts the workers and the stream resumes at t
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import random
 import time
@@ -40,14 +39,21 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
 
 import numpy as np
+import ray.train
+import ray.train.torch
 import torch
-import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
+from raystream.config import RunConfig
+from raystream.data import DeviceStream, build_stream
 from raystream.eval.shard import Shard
+from raystream.models import build_scenario
+from raystream.models.scenario import unwrap
+from raystream.optim import GradCosineTracker, build_optimizer, param_groups
 from raystream.tracking import names
 from raystream.train import checkpoint, divergence, faults, persist
-from raystream.train.evaluator import Evaluator
+from raystream.train.correlation import figures, measure_model, not_measured, per_worker_batch
+from raystream.train.evaluator import Evaluator, rng_kept
 from raystream.train.node_metrics import start_node_monitor
 from raystream.train.progress import Progress
 from raystream.train.schedule import Schedules
@@ -63,22 +69,7 @@ def seed_everything(seed: int) -> None:
 
 def typed_config(plain: Dict[str, Any]) -> DictConfig:
     """The run config the driver sent as a plain dict, re-typed with the schema it was composed on (`RunConfig`)."""
-    from raystream.config import RunConfig
-
     return OmegaConf.merge(OmegaConf.structured(RunConfig), plain)
-
-
-@contextlib.contextmanager
-def rng_kept():
-    """Python's, numpy's and torch's (CPU and current GPU) random states are as they were after the block."""
-    py_state, np_state = random.getstate(), np.random.get_state()
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    try:
-        with torch.random.fork_rng(devices=devices):
-            yield
-    finally:
-        random.setstate(py_state)
-        np.random.set_state(np_state)
 
 
 def _quiet_ray_train(level: str) -> None:
@@ -116,9 +107,6 @@ class Worker:
     def build(cls, config: Dict[str, Any]) -> "Worker":
         """The worker Ray Train runs: its rank, world size and device from Ray Train's context, the model under
         `ray.train.torch.prepare_model` (DDP when world > 1)."""
-        import ray.train
-        import ray.train.torch
-
         cfg = typed_config(config["cfg"])
         _quiet_ray_train(cfg.trainer.ray_log_level)
         ctx = ray.train.get_context()
@@ -132,11 +120,6 @@ class Worker:
                  prepare: Callable[[torch.nn.Module], torch.nn.Module]) -> "Worker":
         """The worker of `rank` in `world` on `device`; `prepare` puts the model on the device (and under DDP).
         Without Ray, a test builds rank 0 of one worker this way."""
-        from raystream.data import DeviceStream, build_stream
-        from raystream.models import build_scenario
-        from raystream.models.scenario import unwrap
-        from raystream.optim import GradCosineTracker, build_optimizer, param_groups
-
         tcfg = cfg.trainer
         torch.set_num_threads(max(1, int(tcfg.cpus_per_worker)))
         seed_everything(tcfg.seed)
@@ -195,8 +178,6 @@ def _checkpoint_to_restore(run: Dict[str, Any]):
     """The newest of Ray Train's latest registered checkpoint, the driver's `resume_from` (the newest complete one
     on storage when the run started) and the newest complete one on storage now (a restart after a fault: written
     in full by the failed attempt, whose report Ray Train may not have taken), or None."""
-    import ray.train
-
     storage = ray.train.get_context().get_storage()
     now = checkpoint.newest_complete(storage.storage_filesystem, storage.experiment_fs_path)
     return checkpoint.restorable([ray.train.get_checkpoint(), run.get("resume_from"),  # verified: a torn one skipped
@@ -315,8 +296,6 @@ class Records:
 def report(w: Worker, state: LoopState, records: Records, t: int, lr: float) -> None:
     """After step t: on every worker, `ray.train.report` every `trainer.report_every` steps; with rank 0's
     checkpoint every `trainer.checkpoint_every` steps and after the last (then `state.final` is set)."""
-    import ray.train
-
     done = t + 1
     tcfg = w.cfg.trainer
     is_last = done >= w.total
@@ -336,8 +315,6 @@ def report(w: Worker, state: LoopState, records: Records, t: int, lr: float) -> 
 
 def report_with_checkpoint(w: Worker, state: LoopState, metrics: Dict[str, Any]) -> None:
     """All ranks report `metrics`; rank 0 attaches the checkpoint of the state before step `state.next_step`."""
-    import ray.train
-
     name = checkpoint.dir_name(state.next_step)
     if w.rank != 0:
         ray.train.report(metrics, checkpoint=None, checkpoint_dir_name=name)
@@ -372,8 +349,6 @@ def measure_correlation(w: Worker, records: "Records") -> None:
     """The stream correlation (raystream/train/correlation.py) at the initial weights, on every rank's device and
     shard, before step 0; rank 0 logs the figures at step 0. A stream without two consecutive batches, or a
     non-finite loss, is said on stderr and skipped (the same on every rank, so none waits for another)."""
-    from raystream.train.correlation import figures, measure_model, not_measured, per_worker_batch
-
     tcfg = w.cfg.trainer
     if w.rank == 0:
         records.progress.say(f"measuring the stream correlation: {tcfg.correlation_steps} pairs of global batches "

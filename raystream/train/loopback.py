@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Dict, Optional
 
+import ray
+import torch.distributed as dist
 from ray.train.torch import TorchConfig
 # Private: checked by raystream/train/torch_backend.py (PRIVATE_API) before this module is imported.
 from ray.train.torch.config import _set_torch_distributed_env_vars, _setup_torch_process_group, _TorchBackend
@@ -39,15 +41,12 @@ def loopback_interface() -> Optional[str]:
 
 
 def _node_id() -> str:
-    import ray
-
     return ray.get_runtime_context().get_node_id()
 
 
 def _serve_store(timeout_s: int) -> int:
     """On rank 0: a TCPStore server listening on 127.0.0.1 only; its port."""
     global _SERVED
-    import torch.distributed as dist
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind((LOOPBACK, 0))
@@ -81,7 +80,6 @@ class _LoopbackTorchBackend(_TorchBackend):
         backend = backend_name(backend_config.backend, worker_group.get_resources_per_worker())
         if backend is None or len(set(worker_group.execute(_node_id))) != 1:
             return super().on_start(worker_group, backend_config)
-        import ray
 
         port = worker_group.execute_single(0, _serve_store, int(backend_config.timeout_s))
         worker_group.execute(_use_store, port=port)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+import ray.train
+
 from raystream.tracking.system_metrics import NodeMonitor, node_label
 
 
@@ -19,8 +21,6 @@ def start_node_monitor(cfg, run: Dict[str, Any], gpus: bool) -> "NodeMonitor | N
     """On the worker of local rank 0: its node's monitor, sampling every `mlflow.system_metrics_interval_s` seconds
     into the run's MLflow run (`run`: tracking_uri, mlflow_run_id); elsewhere, or when the interval is null or 0,
     `NoMonitor`. `gpus`: the workers use GPUs."""
-    import ray.train
-
     interval: Optional[float] = cfg.mlflow.system_metrics_interval_s
     if not interval:
         return NoMonitor()

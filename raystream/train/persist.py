@@ -27,6 +27,11 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, Optional
 
+import pyarrow.fs as pafs
+import ray.train
+import ray.train.torch
+from ray.train import Checkpoint, CheckpointConsistencyMode, CheckpointUploadMode
+
 from raystream.train import checkpoint
 
 _IDLE = threading.Event()  # no checkpoint write in flight in this process (one training attempt per worker process)
@@ -42,9 +47,6 @@ def wait() -> None:
 def registered_names() -> frozenset:
     """The checkpoint directory names Ray Train holds for this run (from earlier attempts); call it before the
     first report of an attempt (it waits for Ray to take every report already made)."""
-    import ray.train
-    from ray.train import CheckpointConsistencyMode
-
     return frozenset(Path(c.checkpoint.path).name for c in
                      ray.train.get_all_reported_checkpoints(consistency_mode=CheckpointConsistencyMode.COMMITTED))
 
@@ -60,9 +62,6 @@ class Checkpointer:
     def report(self, metrics: Dict[str, Any], name: str, take: Callable[[bool], checkpoint.Snapshot]) -> None:
         """`ray.train.report(metrics)` with checkpoint `name`, whose content `take(copy)` snapshots (after the
         previous write has ended; `copy`: into host memory, for a write while training goes on)."""
-        import ray.train
-        from ray.train import Checkpoint, CheckpointUploadMode
-
         storage = ray.train.get_context().get_storage()
         fs, path = storage.storage_filesystem, storage.build_checkpoint_path_from_name(name)
         if name in self.registered or name == self.restored or _in_place(fs):
@@ -91,7 +90,4 @@ class Checkpointer:
 
 def _in_place(fs) -> bool:
     """A CPU run writing to a local disk: written in place, synchronously, with no host copy first."""
-    import pyarrow.fs as pafs
-    import ray.train.torch
-
     return isinstance(fs, pafs.LocalFileSystem) and ray.train.torch.get_device().type == "cpu"

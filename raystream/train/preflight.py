@@ -15,11 +15,15 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import List, Mapping, Optional, Tuple
 
 from raystream.config import ConfigError
+from raystream.data import build_stream
+from raystream.models.checkpoint import CheckpointError
+from raystream.models.scenario import Scenario, check_init
 
 
 def check_evaluation_data(cfg) -> None:
@@ -46,8 +50,6 @@ def check_backbone_init(cfg) -> Optional[str]:
     CheckpointError becomes a ConfigError."""
     if str(cfg.scenario.backbone.init) in ("", "random"):
         return None
-    from raystream.models.checkpoint import CheckpointError
-    from raystream.models.scenario import check_init
 
     try:
         line = check_init(cfg.scenario, cfg.stream, int(cfg.trainer.seed))
@@ -59,10 +61,6 @@ def check_backbone_init(cfg) -> Optional[str]:
 
 def scenario_needs(name: str) -> frozenset:
     """What evaluating scenario `name` needs (`Scenario.needs`: probe, heldout), read from its class."""
-    import importlib
-
-    from raystream.models.scenario import Scenario
-
     try:
         importlib.import_module(f"raystream.models.{name}")
     except ModuleNotFoundError:
@@ -119,8 +117,6 @@ def total_steps(cfg) -> int:
 
 def stream_plan(cfg) -> Tuple[int, List[Tuple[str, str]]]:
     """(`total_steps(cfg)`, the (video, reason) pairs `data.on_bad_video=skip` leaves out)."""
-    from raystream.data import build_stream
-
     stream = build_stream(cfg.data, cfg.stream, rank=0, world_size=int(cfg.trainer.num_workers))
     try:
         available = int(stream.num_steps)

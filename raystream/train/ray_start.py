@@ -45,7 +45,7 @@ def loopback_only() -> None:
 
 def start_ray() -> None:
     """`ray.init()` for a raystream driver: the cluster of `RAY_ADDRESS`, else a local one bound to loopback."""
-    import ray
+    import ray  # lazy: `loopback_only` must set the environment before Ray is first imported
 
     if ray.is_initialized():
         return
@@ -90,6 +90,7 @@ def _without_noisy_warnings(lines):
 
 def _filter_forwarded_output() -> None:
     try:
+        # a private Ray API an older / newer Ray may lack: imported inside the try
         from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
     except ImportError:
         return

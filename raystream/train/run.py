@@ -33,8 +33,11 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf
+from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
 
 from raystream.config import ConfigError, check, flatten
+from raystream.data import DataError
 from raystream.tracking import events, names
 from raystream.tracking.mirror import catch_up, mirror_now
 from raystream.tracking.store import client as mlflow_client_for
@@ -44,8 +47,10 @@ from raystream.train import faults, signals
 from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
 from raystream.train.divergence import DivergedError, raise_if_diverged
+from raystream.train.loop import train_loop_per_worker
 from raystream.train.preflight import check_backbone_init, check_local_cpus, check_resources, stream_plan
 from raystream.train.ray_start import start_ray
+from raystream.train.torch_backend import torch_config
 from raystream.uris import first_line
 
 RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume
@@ -132,8 +137,6 @@ def finish_run(uri: str, run_id: str, where: str, end: List[Dict[str, Any]]) -> 
 def collective_config(cfg: DictConfig):
     """The TorchConfig of a job (`torch_config`: raystream's loopback set-up on a tested Ray) with
     `trainer.collective_timeout_s` as torch.distributed's time-out."""
-    from raystream.train.torch_backend import torch_config
-
     config = torch_config()
     config.timeout_s = int(cfg.trainer.collective_timeout_s)
     return config
@@ -156,11 +159,6 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     than `trainer.max_failures` times; DivergedError at the first non-finite loss or gradient (no retry);
     `Interrupted` on Ctrl-C.
     """
-    from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-
-    from raystream.train.loop import train_loop_per_worker
-
     cfg = copy.deepcopy(cfg)
     name = run_name or cfg.trainer.run_name or default_run_name(cfg)
     cfg.trainer.run_name = name
@@ -306,8 +304,6 @@ def resume_command(name: str, overrides: Optional[Sequence[str]]) -> str:
 def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> int:
     """`raystream train <overrides>`: fit one run, print where its results are. Exit 0, 1 (training failed or
     diverged), 2 (bad config or data) or 130 (interrupted: the resume command is printed)."""
-    from raystream.data import DataError
-
     name = cfg.trainer.run_name or default_run_name(cfg)
     print(f"raystream train: run {name} in {results.uri(cfg.trainer.storage_path)}/{name} (re-run with "
           f"trainer.run_name={name} to resume it)", flush=True)

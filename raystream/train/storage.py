@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+import pyarrow.fs as pafs
+
 from raystream.config import ConfigError
 from raystream.uris import UriError, filesystem_of, first_line, is_uri, uri_of
 
@@ -64,8 +66,6 @@ class Storage:
 
     def read_json(self, name: str) -> Optional[Dict[str, Any]]:
         """The JSON file `name` here, or None when it is missing or unreadable."""
-        import pyarrow.fs as pafs
-
         path = f"{self.path}/{name}"
         try:
             if self.filesystem.get_file_info(path).type != pafs.FileType.File:
@@ -84,8 +84,6 @@ class Storage:
 def resolve(value: Optional[str]) -> Storage:
     """The storage root `value` (`trainer.storage_path`), opened and checked: for an object store, its bucket
     must exist and answer (a missing bucket or missing credentials fails here, naming the key)."""
-    import pyarrow.fs as pafs
-
     where = uri(value)
     if not is_uri(where):
         return Storage(where, pafs.LocalFileSystem(), where)

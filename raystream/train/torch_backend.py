@@ -12,10 +12,20 @@ so a test can give them an untested version or a changed module.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
+from importlib import metadata
 from types import ModuleType
 from typing import Optional, Set, TextIO
+
+import ray
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+from ray.train.torch import TorchConfig
+
+from raystream.train.loopback import LoopbackTorchConfig
 
 DISTRIBUTION = "raystream"
 TESTED_EXTRA = "tested-ray"  # pyproject.toml: [project.optional-dependencies] tested-ray = ["ray[...]>=A,<B"]
@@ -32,10 +42,6 @@ _SAID: Set[str] = set()  # the fallback reasons already said by this process
 def tested_ray_range() -> Optional[str]:
     """The Ray versions raystream is tested with (a specifier such as `<2.61,>=2.60`), from the `tested-ray` extra
     of raystream's installed metadata; None when raystream's metadata is not installed."""
-    from importlib import metadata
-
-    from packaging.requirements import Requirement
-
     try:
         requires = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:
@@ -66,9 +72,6 @@ def private_api_change(module: ModuleType) -> Optional[str]:
 def loopback_unsupported(ray_version: str, tested: Optional[str], module: ModuleType) -> Optional[str]:
     """Why the loopback set-up is not used with Ray `ray_version` (a sentence), or None when it is: `tested` is the
     tested range (None: unknown), `module` Ray's `ray.train.torch.config`."""
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
     if tested is None:
         return (f"Ray {ray_version} is used, and the Ray versions raystream is tested with are unknown (raystream's "
                 f"package metadata is not installed: pip install -e .)")
@@ -90,16 +93,9 @@ def torch_config(ray_version: Optional[str] = None, tested: Optional[str] = None
     """The `TorchConfig` of a run: `LoopbackTorchConfig` when `loopback_unsupported` finds nothing, else Ray's
     stock `TorchConfig`, said once per reason on `err` (stderr). The arguments default to the installed Ray, the
     installed tested range and Ray's `ray.train.torch.config`."""
-    import importlib
-
-    import ray
-    from ray.train.torch import TorchConfig
-
     reason = loopback_unsupported(ray_version or ray.__version__, tested or tested_ray_range(),
                                   module or importlib.import_module(PRIVATE_MODULE))
     if reason is None:
-        from raystream.train.loopback import LoopbackTorchConfig
-
         return LoopbackTorchConfig()
     if reason not in _SAID:
         _SAID.add(reason)

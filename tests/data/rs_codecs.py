@@ -1,4 +1,4 @@
-"""Helpers of tests/data/test_codecs.py (imported by name): the codecs and containers of the paper's datasets,
+"""Helpers of tests/data/decode/test_codecs.py (imported by name): the codecs and containers of the paper's datasets,
 written by PyAV with frames that carry their own index (rs_data_helpers.block_frame, 64x64: 16 px cells that
 survive lossy coding).
 

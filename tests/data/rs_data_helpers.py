@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from raystream.data.config import DataConfig, StreamConfig
-from raystream.data.encode import write_video
+from raystream.data.demo.encode import write_video
 
 # (video id, frames, width, height, gop): one non-square video (center-cropped by the stream)
 BLOCK_VIDEOS = [(1, 40, 32, 32, 10), (2, 25, 32, 32, 7), (3, 33, 40, 32, 12), (4, 21, 32, 32, 5)]

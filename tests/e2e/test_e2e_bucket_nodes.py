@@ -35,7 +35,7 @@ from bucket_nodes_driver import STREAM  # noqa: E402
 def test_two_nodes_with_their_own_caches_stream_a_local_copys_batches_from_the_bucket():
     from raystream.data import build_stream
     from raystream.data.config import DataConfig, StreamConfig
-    from raystream.data.index import write_index
+    from raystream.data.videos.index import write_index
 
     root = Path(tempfile.mkdtemp(prefix="rsb", dir="/tmp"))  # short: Ray's unix sockets live under it
     try:

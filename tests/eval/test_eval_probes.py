@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from raystream.data import ProbeSet
+from raystream.eval.labelled_videos import ProbeSet
 from raystream.eval import attentive_probe_top1, linear_probe_top1, probe_metrics
 from raystream.eval.config import EvalConfig
 

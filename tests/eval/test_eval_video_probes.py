@@ -153,7 +153,8 @@ def test_lists_in_a_bucket_give_the_metrics_of_the_local_copy(ssv2, tmp_path, mo
 
 
 def test_class_folders_of_videos_still_load_as_before(ssv2, tmp_path):
-    """Not a published layout: eval.dataset falls back to raystream/data/probe.py (clips in memory, 70/30 split)."""
+    """Not a published layout: eval.dataset falls back to raystream/eval/labelled_videos.py (clips in memory, 70/30
+    split)."""
     for c in range(2):
         (tmp_path / f"class{c}").mkdir()
         for v in (101 + 3 * c, 102 + 3 * c, 103 + 3 * c):

@@ -27,9 +27,10 @@ import math
 import pytest
 import torch
 
-from raystream.data import build_stream, load_probe_set
+from raystream.data import build_stream
 from raystream.data.config import DataConfig, DemoConfig, StreamConfig
 from raystream.eval.config import EvalConfig
+from raystream.eval.labelled_videos import load_probe_set
 from raystream.models import build_scenario
 from raystream.models.config import ScenarioConfig
 from scenario_helpers import train_on_stream

@@ -7,9 +7,10 @@ loss on fixed batches of the stream (same steps, same masks) before and after on
 import pytest
 import torch
 
-from raystream.data import build_heldout_stream, build_stream, load_probe_set
+from raystream.data import build_heldout_stream, build_stream
 from raystream.data.config import DataConfig, DemoConfig, StreamConfig
 from raystream.eval.config import EvalConfig
+from raystream.eval.labelled_videos import load_probe_set
 from raystream.models import build_scenario
 from scenario_helpers import tiny_cfg, train_on_stream
 

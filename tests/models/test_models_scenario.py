@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from raystream.config import ConfigError, compose
-from raystream.data import ProbeSet
+from raystream.eval.labelled_videos import ProbeSet
 from raystream.models import Scenario, build_scenario, register_scenario
 from raystream.models.scenario import unwrap
 from scenario_helpers import correlated_batches

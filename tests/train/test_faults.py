@@ -224,7 +224,7 @@ def test_a_local_run_listens_on_loopback_only(tiny_overrides, workdir):
     from listeners import descendants, is_loopback, listening
 
     from raystream.config import compose
-    from raystream.data.demo import ensure_demo_videos
+    from raystream.data.demo.videos import ensure_demo_videos
     from raystream.tracking import client as make_client
     from raystream.tracking import names
 

@@ -83,7 +83,7 @@ def test_skipped_videos_are_recorded_in_the_mlflow_run(tmp_path):
     import json
     import warnings
 
-    from raystream.data.demo import ensure_demo_videos
+    from raystream.data.demo.videos import ensure_demo_videos
     from raystream.tracking import client as make_client
     from raystream.tracking import names, start_run
     from raystream.train.preflight import stream_plan

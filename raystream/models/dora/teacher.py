@@ -22,6 +22,7 @@ from typing import List, Tuple
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 
 def frozen_copy(module: nn.Module) -> nn.Module:
@@ -70,7 +71,5 @@ def cosine_momentum(step: int, total_steps: int, base: float = 0.996, final: flo
 
 def ddp_ignore_teacher(model: nn.Module, prefix: str = "teacher.") -> None:
     """Tell DistributedDataParallel not to broadcast the teacher's buffers (names starting with `prefix`)."""
-    from torch.nn.parallel import DistributedDataParallel
-
     names = [name for name, _ in model.named_buffers() if name.startswith(prefix)]
     DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)

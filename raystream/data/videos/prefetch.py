@@ -19,9 +19,9 @@ import contextlib
 import threading
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
-from raystream.data.cache import NodeCache
 from raystream.data.errors import DataError
-from raystream.data.remote import RemoteObject
+from raystream.data.videos.cache import NodeCache
+from raystream.data.videos.remote import RemoteObject
 
 
 class VideoPrefetcher:

@@ -59,7 +59,7 @@ def join_uri(base: str, relative: str) -> str:
 
 def list_prefix(uri: str, key: str, extensions: Sequence[str], recursive: bool = False) -> List[RemoteObject]:
     """The objects under the prefix `uri` whose names end in one of `extensions`, sorted by key."""
-    import pyarrow.fs as pafs
+    import pyarrow.fs as pafs  # lazy: pyarrow is heavy, and only a URI (an object store) needs it
 
     fs, path = open_uri(uri, key)
     scheme = uri.partition("://")[0]
@@ -75,7 +75,7 @@ def list_prefix(uri: str, key: str, extensions: Sequence[str], recursive: bool =
 
 def stat_objects(uris: Sequence[str], key: str) -> Dict[str, Optional[RemoteObject]]:
     """Each URI's object (size, mtime), or None where no object has that key."""
-    import pyarrow.fs as pafs
+    import pyarrow.fs as pafs  # lazy: pyarrow is heavy, and only a URI (an object store) needs it
 
     out: Dict[str, Optional[RemoteObject]] = {u: None for u in uris}
     by_bucket: Dict[str, List[str]] = {}  # one filesystem (one region lookup) per bucket, not one per object
@@ -96,7 +96,7 @@ def stat_objects(uris: Sequence[str], key: str) -> Dict[str, Optional[RemoteObje
 
 def read_text(uri: str, key: str) -> Optional[str]:
     """The object `uri` as text, or None when it does not exist."""
-    import pyarrow.fs as pafs
+    import pyarrow.fs as pafs  # lazy: pyarrow is heavy, and only a URI (an object store) needs it
 
     fs, path = open_uri(uri, key)
     try:

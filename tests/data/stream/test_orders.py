@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from raystream.data.clips import ClipGeometry
-from raystream.data.orders import ORDERS, Order, shard_places
 from rs_data_helpers import naive_time, naive_video
+
+from raystream.data.stream.clips import ClipGeometry
+from raystream.data.stream.orders import ORDERS, Order, shard_places
 
 
 def global_batches(order: Order):

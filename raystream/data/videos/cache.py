@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Set
 
 from raystream.data.errors import DataError
-from raystream.data.remote import RemoteObject, open_uri
+from raystream.data.videos.remote import RemoteObject, open_uri
 from raystream.uris import first_line
 
 _CHUNK = 8 << 20  # bytes per read from the store
@@ -59,9 +59,9 @@ class NodeCache:
 
     @classmethod
     def from_config(cls, data_cfg) -> "NodeCache":
-        limit = getattr(data_cfg, "cache_limit_gb", None)
-        return cls(getattr(data_cfg, "cache_dir", None), None if limit is None else int(float(limit) * (1 << 30)),
-                   int(getattr(data_cfg, "download_retries", 3)))
+        limit = data_cfg.cache_limit_gb
+        return cls(data_cfg.cache_dir, None if limit is None else int(float(limit) * (1 << 30)),
+                   int(data_cfg.download_retries))
 
     # ------------------------------------------------------------------ where and whether
     def path_of(self, obj: RemoteObject) -> str:

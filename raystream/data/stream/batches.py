@@ -1,13 +1,13 @@
 """Clip streams: the frames of the clips `orders.py` puts at each (step, place), decoded once, sharded, resumable.
 
-    stream = build_stream(data_cfg, stream_cfg, rank=0, world_size=1)   # resolves and probes every video first
+    stream = build_stream(data_cfg, stream_cfg, rank=0, world_size=1)   # build.py: resolves and probes every video
     for batch in stream.batches(start_step=0): ...                     # this rank's places of each global batch
     stream.state_dict() / stream.load_state_dict(d); iter(stream) continues after the last batch it yielded
 
 A stream is a pure function of (config, seed, step): `clip_refs(step)` says which source frames every place of a
-global batch holds without decoding anything (used by `raystream data inspect`). Decoding: `plan.py` groups the
-frames the next steps need into jobs (one segment of one video each), `data.decode_workers` threads decode them at
-once, already scaled by the decoder (`frames.py`), and a background thread assembles batches from them
+global batch holds without decoding anything (used by `raystream data inspect`). Decoding (decode/): `plan.py`
+groups the frames the next steps need into jobs (one segment of one video each), `data.decode_workers` threads
+decode them at once, already scaled by the decoder (`frames.py`), and a background thread assembles batches from them
 `data.prefetch` batches ahead. A batch that takes longer than `data.decode_timeout_s` raises DataError naming the
 video instead of hanging the run. None of this changes which frames a batch holds.
 """
@@ -20,7 +20,6 @@ import os
 import queue
 import threading
 import time
-import warnings
 from concurrent.futures import Future
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -29,17 +28,15 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from raystream.data.backends import open_reader
-from raystream.data.clips import ClipGeometry
+from raystream.data.decode.backends import open_reader, open_scaled_reader
+from raystream.data.decode.plan import Job, Plan, Segments
+from raystream.data.decode.workers import DecodeWorkers, default_decode_workers
 from raystream.data.errors import DataError
-from raystream.data.frames import scaled_size
-from raystream.data.orders import Order, shard_places
-from raystream.data.plan import Job, Plan, Segments
-from raystream.data.cache import NodeCache
-from raystream.data.index import describe_videos
-from raystream.data.prefetch import VideoPrefetcher
-from raystream.data.sources import VideoInfo, resolve_videos
-from raystream.data.workers import DecodeWorkers, default_decode_workers
+from raystream.data.stream.clips import ClipGeometry
+from raystream.data.stream.orders import Order
+from raystream.data.videos.cache import NodeCache
+from raystream.data.videos.listing import VideoInfo
+from raystream.data.videos.prefetch import VideoPrefetcher
 
 _SEGMENT_BYTES = 32 << 20  # a job decodes at most ~32 MiB of frames at the stream's resolution
 
@@ -95,7 +92,7 @@ class ClipStream:
         self.read_ahead = bool(data_cfg.read_ahead)
         self.decode_workers = int(data_cfg.decode_workers or default_decode_workers())
         self.shuffle_horizon = int(data_cfg.shuffle_horizon)
-        self.prefetch_videos = int(getattr(data_cfg, "prefetch_videos", 2))
+        self.prefetch_videos = int(data_cfg.prefetch_videos)
         # videos from an object store: fetched into this node's cache ahead of the steps that read them
         self.cache = NodeCache.from_config(data_cfg) if any(v.source for v in self.videos) else None
         self._fetcher: Optional[VideoPrefetcher] = None
@@ -379,96 +376,9 @@ class ClipStream:
             pass
 
 
-def open_scaled_reader(info: VideoInfo, resolution: int, decoder: str, max_read_through: int = 250,
-                       decord_reset_frames: int = 1):
-    """A reader of `info.path` whose frames come out of the decoder with their short side at `resolution` (ready
-    for frames.crop_square), decoded by `decoder` or, where decord would read the video wrong, by PyAV."""
-    size = scaled_size(info.width, info.height, resolution)
-    return open_reader(info.path, info.decoder(decoder), max_read_through, decord_reset_frames,
-                       size=None if size == (info.width, info.height) else size)
-
-
 def _fingerprint(stream_cfg, videos: Sequence[VideoInfo], counts: Sequence[int]) -> str:
     keys = ("order", "batch_size", "frames_per_clip", "fps", "clip_shift", "target_frames", "target_offset_s",
             "epochs", "seed")
     desc = {k: getattr(stream_cfg, k) for k in keys}
     desc["videos"] = [(os.path.basename(v.path), v.num_frames, round(v.fps, 3), c) for v, c in zip(videos, counts)]
     return hashlib.sha1(json.dumps(desc, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-# ---------------------------------------------------------------------------------------------- building
-
-
-def build_stream(data_cfg, stream_cfg, rank: int = 0, world_size: int = 1) -> ClipStream:
-    """The stream of `data_cfg.videos` (or the demo videos when None) for worker `rank` of `world_size`.
-
-    Every video is probed first; bad ones raise DataError naming each file and its problem
-    (`data.on_bad_video=error`) or are skipped with a warning and listed in `stream.skipped` (`skip`).
-    """
-    if data_cfg.videos is None:
-        from raystream.data.demo import ensure_demo_videos
-
-        spec = [str(p) for p in ensure_demo_videos(data_cfg.demo)]
-    else:
-        spec = data_cfg.videos
-    return _stream_over(spec, "data.videos", data_cfg, stream_cfg, rank, world_size)
-
-
-def build_heldout_stream(data_cfg, stream_cfg) -> ClipStream:
-    """One pass (rank 0 of 1) over held-out videos for out-of-stream evaluation: `data.heldout_videos`, or for
-    the demo the same generator with another seed and held-out digits."""
-    if data_cfg.heldout_videos is not None:
-        spec = data_cfg.heldout_videos
-    elif data_cfg.videos is None:
-        from raystream.data.demo import ensure_demo_videos
-
-        spec = [str(p) for p in ensure_demo_videos(data_cfg.demo, heldout=True)]
-    else:
-        raise DataError("`data.heldout_videos` is not set: out-of-stream evaluation on your own videos needs "
-                        "held-out videos (a list, directory or manifest)")
-    return _stream_over(spec, "data.heldout_videos", data_cfg, _one_pass(stream_cfg), 0, 1)
-
-
-def _one_pass(stream_cfg):
-    """A copy of `stream_cfg` (DictConfig, dataclass or namespace) with epochs = 1."""
-    import copy
-
-    from omegaconf import OmegaConf
-
-    if OmegaConf.is_config(stream_cfg):
-        return OmegaConf.merge(stream_cfg, {"epochs": 1})
-    out = copy.copy(stream_cfg)
-    object.__setattr__(out, "epochs", 1)
-    return out
-
-
-def _stream_over(spec, key: str, data_cfg, stream_cfg, rank: int, world_size: int) -> ClipStream:
-    try:  # before probing: an uneven shard fails at once
-        places = shard_places(int(stream_cfg.batch_size), world_size, rank)
-    except ValueError as exc:
-        raise DataError(str(exc)) from None
-    entries = resolve_videos(spec, key)
-    good, bad = describe_videos(entries, data_cfg, key)
-    usable = []
-    for info in good:
-        g = ClipGeometry.from_config(stream_cfg, info.fps)
-        if g.num_clips(info.num_frames) < 1:
-            bad.append((info.given, f"has {info.num_frames} frames, shorter than one clip (a clip spans "
-                                    f"{g.span + 1} source frames at {info.fps:g} fps: stream.frames_per_clip="
-                                    f"{stream_cfg.frames_per_clip}, stream.fps={stream_cfg.fps}"
-                                    + (f", stream.target_frames={stream_cfg.target_frames}" if g.target_frames
-                                       else "") + ")"))
-        else:
-            usable.append(info)
-    if bad:
-        order = {e.path: i for i, e in enumerate(entries)}
-        bad.sort(key=lambda pb: order.get(pb[0], 0))
-        listing = "\n".join(f"  {path}: {problem}" for path, problem in bad)
-        if str(data_cfg.on_bad_video) == "error":
-            raise DataError(f"{len(bad)} bad video(s) in `{key}` (set data.on_bad_video=skip to skip them):\n"
-                            f"{listing}")
-        for path, problem in bad:
-            warnings.warn(f"skipping bad video {path}: {problem}", stacklevel=3)
-    if not usable:
-        raise DataError(f"`{key}` has no usable video" + (f"; skipped:\n{listing}" if bad else ""))
-    return ClipStream(usable, stream_cfg, data_cfg, places, rank, skipped=bad)

@@ -2,10 +2,10 @@
 
 decord 0.6 finds frame i by its own index of the file (frame count, timestamps, keyframes) and seeks by it. Where
 that index disagrees with the packets of the container, decord returns other frames than those asked for, with
-no error. Measured (tests/data/test_codecs.py): on HEVC with open GOPs (x265's default) decord counts keyframes in
-decode order, not presentation order, so every seek past the first keyframe lands on the wrong frame. `misread`
-compares decord's index with PyAV's frame table (one demuxing pass, no decoding), which indexes frame i as the
-i-th frame in presentation order; the probe (sources.py) then streams such a file with PyAV.
+no error. Measured (tests/data/decode/test_codecs.py): on HEVC with open GOPs (x265's default) decord counts
+keyframes in decode order, not presentation order, so every seek past the first keyframe lands on the wrong
+frame. `misread` compares decord's index with PyAV's frame table (one demuxing pass, no decoding), which indexes
+frame i as the i-th frame in presentation order; the probe (videos/probing.py) then streams such a file with PyAV.
 """
 
 from __future__ import annotations

@@ -28,25 +28,28 @@ from fractions import Fraction
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
+from PIL import Image
 
-from raystream.data.config import DECODERS
+from raystream.data.decode.frames import scaled_size
 from raystream.data.errors import DataError
+
+DECODERS = ("decord", "pyav")  # the values data.decoder takes
 
 
 def open_reader(path: str, decoder: str = "decord", max_read_through: int = 250, decord_reset_frames: int = 1,
                 size: Optional[Tuple[int, int]] = None):
-    """A reader of `path` with `decoder` (one of config.DECODERS), returning frames scaled to `size` = (width,
+    """A reader of `path` with `decoder` (one of DECODERS), returning frames scaled to `size` = (width,
     height) when given; raises DataError naming the file when it cannot be opened."""
     readers = {"decord": lambda: DecordReader(path, reset_frames=decord_reset_frames, size=size),
                "pyav": lambda: PyAVReader(path, max_read_through=max_read_through, size=size)}
-    assert tuple(readers) == DECODERS, "every decoder of data.config.DECODERS has a reader here"
+    assert tuple(readers) == DECODERS, "every decoder of DECODERS has a reader here"
     if decoder not in readers:
         raise DataError(f"data.decoder = {decoder!r}: expected one of {', '.join(DECODERS)}")
     return readers[decoder]()
 
 
 def _decord_errors() -> tuple:
-    from decord._ffi.base import DECORDError, DECORDLimitReachedError
+    from decord._ffi.base import DECORDError, DECORDLimitReachedError  # lazy: see DecordReader.__init__
 
     return (DECORDError, DECORDLimitReachedError, RuntimeError, IndexError, AssertionError)
 
@@ -65,7 +68,7 @@ class DecordReader:
     """
 
     def __init__(self, path: str, reset_frames: int = 1, size: Optional[Tuple[int, int]] = None):
-        import decord
+        import decord  # lazy: a decoder library loads with its first reader (the probe child imports only one)
 
         self.path = str(path)
         self.reset_frames = int(reset_frames)
@@ -146,8 +149,6 @@ class DecordReader:
         self._advanced += max(0, indices[-1] - self._last)
         self._last = indices[-1]
         if self._resize is not None:
-            from PIL import Image
-
             out = np.stack([np.asarray(Image.fromarray(f).resize(self._resize, Image.Resampling.BILINEAR))
                             for f in out])
         return out
@@ -163,7 +164,7 @@ class PyAVReader:
     carry no timestamps falls back to timestamp x frame rate."""
 
     def __init__(self, path: str, max_read_through: int = 250, size: Optional[Tuple[int, int]] = None):
-        import av
+        import av  # lazy: a decoder library loads with its first reader (the probe child imports only one)
 
         self.path = str(path)
         self.max_read_through = int(max_read_through)
@@ -196,7 +197,7 @@ class PyAVReader:
     def _frame_table(self) -> Tuple[List[int], List[int]]:
         """(pts of every frame in presentation order, pts of the keyframes), from one pass over the packets of a
         second container (no decoding); empty lists when a packet has no timestamp."""
-        import av
+        import av  # lazy: as in __init__
 
         if self._table is None:
             self._table = _TABLES.get(_file_key(self.path))
@@ -305,7 +306,7 @@ class PyAVReader:
         self._pos = -1  # unknown until the first frame is decoded
 
     def get(self, indices: Sequence[int]) -> np.ndarray:
-        import av
+        import av  # lazy: as in __init__
 
         indices = [int(i) for i in indices]
         out: List[np.ndarray] = []
@@ -383,3 +384,14 @@ def _first_line(exc: BaseException) -> str:
 
 def _span(indices: Sequence[int]) -> str:
     return f"[{indices[0]}..{indices[-1]}]" if indices else "[]"
+
+
+def open_scaled_reader(info, resolution: int, decoder: str, max_read_through: int = 250,
+                       decord_reset_frames: int = 1):
+    """A reader of `info.path` whose frames come out of the decoder with their short side at `resolution` (ready
+    for frames.crop_square), decoded by `decoder` or, where decord would read the video wrong, by PyAV.
+
+    `info`: a checked video (videos/listing.py's VideoInfo: path, width, height, decoder(configured))."""
+    size = scaled_size(info.width, info.height, resolution)
+    return open_reader(info.path, info.decoder(decoder), max_read_through, decord_reset_frames,
+                       size=None if size == (info.width, info.height) else size)

@@ -18,7 +18,7 @@ from typing import Deque, Iterator, Optional, Tuple
 
 import torch
 
-from raystream.data.stream import Batch, ClipStream
+from raystream.data.stream.batches import Batch, ClipStream
 
 
 class DeviceStream:

@@ -1,5 +1,5 @@
-"""Demo videos (deterministic, cached, real mp4), held-out streams, probe sets, `raystream data inspect` and
-`make-demo`, and the stream presets of the paper's settings."""
+"""Demo videos (deterministic, cached, real mp4), held-out streams, `raystream data inspect` and `make-demo`, and
+the stream presets of the paper's settings. (The demo probe sets: tests/eval/test_eval_labelled_videos.py.)"""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import torch
 from rs_data_helpers import data_cfg, stream_cfg
 
 from raystream.config import ConfigError, compose
-from raystream.data import build_heldout_stream, build_stream, ensure_demo_videos, load_probe_set
-from raystream.data.backends import open_reader
-from raystream.data.clips import ClipGeometry
+from raystream.data import build_heldout_stream, build_stream, ensure_demo_videos
 from raystream.data.config import DemoConfig
+from raystream.data.decode.backends import open_reader
+from raystream.data.stream.clips import ClipGeometry
 
 TINY = ["data.demo.num_videos=2", "data.demo.frames_per_video=40", "data.demo.canvas=32", "data.demo.scene_frames=10",
         "data.demo.heldout_videos=1", "stream.batch_size=4"]
@@ -66,37 +66,8 @@ def test_heldout_stream_of_own_videos_needs_the_key(block_videos):
     assert held.epochs == 1 and len(held.videos) == 2
 
 
-@pytest.mark.parametrize("kind, classes", [("moving_digits", 10), ("walking_tour", 7)])
-def test_demo_probe_sets_are_labelled_clips(tmp_path, kind, classes):
-    cfg = compose(TINY + [f"data.demo.cache_dir={tmp_path}", f"data.demo.kind={kind}", "data.demo.probe_per_class=4",
-                          "stream.resolution=16"])
-    probe = load_probe_set(cfg.data, cfg.stream, cfg.eval)
-    assert probe.num_classes == classes
-    assert probe.train_x.shape == (2 * classes, 4, 3, 16, 16) and probe.test_x.shape == probe.train_x.shape
-    assert sorted(probe.train_y.tolist()) == sorted(probe.test_y.tolist()) == sorted(list(range(classes)) * 2)
-    assert 0 <= float(probe.train_x.min()) and float(probe.train_x.max()) <= 1 and float(probe.train_x.max()) > 0.5
-    assert not torch.equal(probe.train_x, probe.test_x)
-    again = load_probe_set(cfg.data, cfg.stream, cfg.eval)
-    assert torch.equal(again.train_x, probe.train_x)
-
-
-def test_probe_set_from_a_folder_of_class_videos(block_videos, tmp_path):
-    import shutil
-    from types import SimpleNamespace
-
-    for cls, vids in (("first", block_videos[:2]), ("second", block_videos[2:])):
-        (tmp_path / cls).mkdir()
-        for v in vids:
-            shutil.copy(v, tmp_path / cls)
-    probe = load_probe_set(data_cfg(None), stream_cfg(frames_per_clip=2),
-                           SimpleNamespace(dataset=str(tmp_path), max_probe_samples=16))
-    assert probe.num_classes == 2 and probe.class_names == ("first", "second")
-    assert probe.train_x.shape[1:] == (2, 3, 32, 32) and len(probe.train_y) + len(probe.test_y) > 4
-    assert set(probe.train_y.tolist()) == {0, 1}
-
-
 def _inspect(cfg, capsys, **kw):
-    from raystream.data.inspect import main
+    from raystream.data.stream.inspect import main
 
     assert main(cfg, **kw) == 0
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -112,7 +83,7 @@ def test_inspect_prints_the_global_batches_and_rank_shards(block_videos, capsys)
     shards = _inspect(cfg, capsys, batches=2, start_step=1, world_size=2)
     assert [(o["step"], o["rank"]) for o in shards] == [(1, 0), (1, 1), (2, 0), (2, 1)]
     assert shards[0]["clips"] + shards[1]["clips"] == whole[1]["clips"]
-    from raystream.data.inspect import main
+    from raystream.data.stream.inspect import main
 
     assert main(cfg, batches=1, start_step=0, world_size=3) == 2
     assert "not divisible" in capsys.readouterr().err
@@ -126,7 +97,7 @@ def test_inspect_future_prediction_prints_targets(block_videos, capsys):
 
 
 def test_make_demo_writes_and_prints_the_videos(tmp_path, capsys):
-    from raystream.data.demo import main
+    from raystream.data.demo.videos import main
 
     cfg = compose(TINY + [f"data.demo.cache_dir={tmp_path}"])
     assert main(cfg) == 0
@@ -151,15 +122,3 @@ def test_stream_presets_express_the_paper_settings(preset, source_fps, stride, F
 def test_bad_data_and_stream_keys_fail_composition(override):
     with pytest.raises(ConfigError, match=override.split("=")[0].replace(".", r"\.")):
         compose([override])
-
-
-def test_moving_digits_probe_is_learnable_from_pixels(tmp_path):
-    """The default probe must carry class signal: raw pixels alone beat chance (0.10) by a wide margin, so the
-    probe can tell features apart. (A stream-sized sprite at a random place scored chance, even for pixels.)"""
-    from raystream.eval import knn_top1
-
-    cfg = compose([f"data.demo.cache_dir={tmp_path}"])
-    p = load_probe_set(cfg.data, cfg.stream, cfg.eval)
-    assert p.num_classes == 10 and p.train_y.bincount().min() >= 10
-    flat = lambda x: x.mean(1).flatten(1)  # noqa: E731
-    assert knn_top1(flat(p.train_x), p.train_y, flat(p.test_x), p.test_y, p.num_classes) > 0.3

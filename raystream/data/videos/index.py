@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import warnings
 from dataclasses import replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from raystream.data import remote
 from raystream.data.errors import DataError
-from raystream.data.sources import VideoEntry, VideoInfo, probe_videos, resolve_videos
+from raystream.data.videos import remote
+from raystream.data.videos.cache import NodeCache
+from raystream.data.videos.listing import VideoEntry, VideoInfo, class_folders, resolve_videos
+from raystream.data.videos.probing import probe_videos
 from raystream.uris import is_uri
 
 INDEX_NAME = "raystream-index.json"
@@ -75,8 +78,6 @@ def describe_videos(entries: Sequence[VideoEntry], data_cfg, key: str) -> Tuple[
                                                                                   List[Tuple[str, str]]]:
     """(usable videos in order, [(video, problem)]) of `entries`: from the index where it matches the listed
     version, otherwise probed (a video from an object store is fetched into the node cache first)."""
-    from raystream.data.cache import NodeCache
-
     indexes = {d: read_index(d, key) for d in sorted({_parent(e.path) for e in entries})}
     results: Dict[int, Tuple[Optional[VideoInfo], Optional[str]]] = {}
     to_probe: List[int] = []
@@ -98,7 +99,7 @@ def describe_videos(entries: Sequence[VideoEntry], data_cfg, key: str) -> Tuple[
             stale.append(e.path)
         to_probe.append(i)
     absent = any(problem for _, problem in results.values())
-    if absent and str(getattr(data_cfg, "on_bad_video", "error")) == "error":
+    if absent and str(data_cfg.on_bad_video) == "error":
         to_probe = []  # a missing or empty object ends the stream's build anyway: name it before any download
     remote_probe = [i for i in to_probe if entries[i].source is not None]
     if stale:
@@ -198,8 +199,6 @@ def _from_record(record: dict, entry: VideoEntry, data_cfg, cache) -> VideoInfo:
 def write_index(spec, data_cfg, key: str = "data.videos") -> Tuple[List[str], List[Tuple[str, str]]]:
     """Probe every video `spec` names (fetching those in an object store into this node's cache) and write or
     update the index of each directory that holds them. (index files written, [(video, problem)])."""
-    from raystream.data.cache import NodeCache
-
     entries = resolve_videos(spec, key)
     cache = NodeCache.from_config(data_cfg)
     bad: List[Tuple[str, str]] = []
@@ -242,10 +241,6 @@ def write_index(spec, data_cfg, key: str = "data.videos") -> Tuple[List[str], Li
 def main(cfg, videos: str) -> int:
     """`raystream data index VIDEOS`: index the videos (or, for a folder of class sub-folders as `eval.dataset`
     takes, each sub-folder); print each index written and each video that could not be indexed."""
-    import sys
-
-    from raystream.data.probe import class_folders
-
     try:
         try:
             specs = [videos] if resolve_videos(videos, "videos") else []

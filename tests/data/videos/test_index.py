@@ -11,8 +11,8 @@ import pytest
 from rs_data_helpers import data_cfg, stream_cfg
 
 from raystream.data import DataError, build_stream
-from raystream.data.index import INDEX_NAME, write_index
-from raystream.data.sources import resolve_videos
+from raystream.data.videos.index import INDEX_NAME, write_index
+from raystream.data.videos.listing import resolve_videos
 
 
 @pytest.fixture

@@ -18,7 +18,16 @@ from typing import Dict, List, Tuple
 import numpy as np
 import torch
 
+from raystream.data.config import StreamConfig
+from raystream.data.decode.backends import open_scaled_reader
+from raystream.data.decode.frames import crop_square, square_resize
+from raystream.data.demo.render import PHOTOS, Sprites, digit_images, digit_pool, photo_strip
 from raystream.data.errors import DataError
+from raystream.data.stream.clips import ClipGeometry
+from raystream.data.videos.cache import NodeCache
+from raystream.data.videos.index import describe_videos
+from raystream.data.videos.listing import MANIFEST_EXTENSIONS, VideoEntry, class_folders, resolve_videos
+from raystream.uris import is_uri
 
 
 @dataclass
@@ -47,9 +56,6 @@ def load_probe_set(data_cfg, stream_cfg, eval_cfg) -> ProbeSet:
 
 
 def _demo_probe(demo_cfg, stream_cfg, limit: int) -> ProbeSet:
-    from raystream.data.demo import PHOTOS, Sprites, digit_images, digit_pool, photo_strip
-    from raystream.data.frames import square_resize
-
     per_class = max(2, min(int(demo_cfg.probe_per_class), limit // (10 if demo_cfg.kind == "moving_digits"
                                                                      else len(PHOTOS))))
     rng = np.random.default_rng([int(demo_cfg.seed), 7919])
@@ -114,30 +120,8 @@ def _clip(sprites, background, T: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------- folders
 
 
-def class_folders(dataset: str, key: str = "eval.dataset") -> List[Tuple[str, str]]:
-    """(folder, class name) of each sub-folder of `dataset` (a local folder or a prefix URI) that holds videos."""
-    from raystream.data import remote
-    from raystream.data.sources import VIDEO_EXTENSIONS
-    from raystream.uris import is_uri
-
-    if is_uri(dataset):
-        base = dataset.rstrip("/")
-        objects = remote.list_prefix(base + "/", key, tuple(VIDEO_EXTENSIONS), recursive=True)
-        keys = [o.uri[len(base) + 1:] for o in objects]
-        names = sorted({k.split("/")[0] for k in keys if k.count("/") == 1})
-        return [(f"{base}/{name}/", name) for name in names]
-    root = Path(dataset).expanduser()
-    if not root.is_dir():
-        return []
-    return [(str(d), d.name) for d in sorted(root.iterdir())
-            if d.is_dir() and any(f.suffix.lower() in VIDEO_EXTENSIONS for f in d.iterdir())]
-
-
 def _labelled_entries(dataset: str):
     """The labelled videos of `eval.dataset`: a folder (or prefix) of class sub-folders, or a CSV manifest."""
-    from raystream.data.sources import MANIFEST_EXTENSIONS, VideoEntry, resolve_videos
-    from raystream.uris import is_uri
-
     suffix = Path(dataset.rstrip("/")).suffix.lower()
     if suffix in MANIFEST_EXTENSIONS and (is_uri(dataset) or Path(dataset).expanduser().is_file()):
         entries = resolve_videos(dataset, "eval.dataset")
@@ -153,12 +137,6 @@ def _labelled_entries(dataset: str):
 
 
 def _folder_probe(dataset: str, data_cfg, stream_cfg, limit: int) -> ProbeSet:
-    from raystream.data.cache import NodeCache
-    from raystream.data.clips import ClipGeometry
-    from raystream.data.frames import crop_square
-    from raystream.data.index import describe_videos
-    from raystream.data.stream import open_scaled_reader
-
     res = int(stream_cfg.resolution)
     entries = _labelled_entries(str(dataset))
     if not entries:
@@ -202,7 +180,5 @@ def _folder_probe(dataset: str, data_cfg, stream_cfg, limit: int) -> ProbeSet:
 
 
 def _one_clip_cfg(stream_cfg):
-    from raystream.data.config import StreamConfig
-
     return StreamConfig(batch_size=1, frames_per_clip=int(stream_cfg.frames_per_clip), fps=float(stream_cfg.fps),
                         clip_shift=int(stream_cfg.clip_shift), resolution=int(stream_cfg.resolution), dtype="uint8")

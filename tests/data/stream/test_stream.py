@@ -7,11 +7,10 @@ import json
 
 import pytest
 import torch
+from rs_data_helpers import data_cfg, naive_time, naive_video, read_block, stream_cfg
 
 from raystream.data import Batch, DataError, build_stream
-from raystream.data.orders import ORDERS
-
-from rs_data_helpers import data_cfg, naive_time, naive_video, read_block, stream_cfg
+from raystream.data.stream.orders import ORDERS
 
 SETTINGS = {
     "overlap": dict(frames_per_clip=3, fps=15.0, clip_shift=1),  # stride 2: neighbours share 2 of 3 frames
@@ -150,7 +149,7 @@ def test_decord_and_pyav_give_identical_frames(block_videos):
 
 
 def test_pyav_reader_seeks_and_reads_through(block_videos):
-    from raystream.data.backends import open_reader
+    from raystream.data.decode.backends import open_reader
 
     for path in block_videos:
         for max_read_through in (0, 250):
@@ -214,7 +213,7 @@ def test_decord_reader_flushes_at_keyframes_and_keeps_every_frame(tmp_path):
     every frame exactly once, in order, whatever the chunking; a reset of 0 never flushes."""
     from rs_data_helpers import write_block_video
 
-    from raystream.data.backends import DecordReader
+    from raystream.data.decode.backends import DecordReader
 
     path = str(write_block_video(tmp_path / "v9.mp4", 9, 60, gop=10))
     for reset_frames, chunk, resets in ((6, 4, 5), (6, 7, 3), (1, 10, 5), (25, 4, 1), (0, 4, 0)):

@@ -23,8 +23,8 @@ from typing import Callable, Dict, Tuple
 
 import numpy as np
 
-from raystream.data.frames import crop_square
-from raystream.data.plan import Job
+from raystream.data.decode.frames import crop_square
+from raystream.data.decode.plan import Job
 
 _CHUNK = 64  # frames per reader call
 

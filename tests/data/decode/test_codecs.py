@@ -15,9 +15,9 @@ from rs_codecs import CODECS, NAMES, write_coded
 from rs_data_helpers import data_cfg, read_block, stream_cfg
 
 from raystream.data import DataError, build_stream
-from raystream.data.backends import open_reader
-from raystream.data.exact import misread
-from raystream.data.index import write_index
+from raystream.data.decode.backends import open_reader
+from raystream.data.decode.exact import misread
+from raystream.data.videos.index import write_index
 
 
 def _encoder_missing(encoder: str) -> bool:

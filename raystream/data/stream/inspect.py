@@ -15,6 +15,7 @@ import sys
 from typing import Optional
 
 from raystream.data.errors import DataError
+from raystream.data.stream.build import build_stream
 
 
 def _clip_json(video: str, ref) -> dict:
@@ -25,8 +26,6 @@ def _clip_json(video: str, ref) -> dict:
 
 
 def main(cfg, batches: int = 3, start_step: int = 0, world_size: Optional[int] = None) -> int:
-    from raystream.data.stream import build_stream
-
     try:
         stream = build_stream(cfg.data, cfg.stream, rank=0, world_size=world_size or 1)
         if not 0 <= start_step <= stream.num_steps:

@@ -8,19 +8,17 @@ import json
 import numpy as np
 import pytest
 import torch
+from rs_data_helpers import data_cfg, stream_cfg
 
 from raystream.data import DataError, build_stream
-from raystream.data.backends import open_reader
 from raystream.data.config import DATA_CHECKS, DataConfig
-from raystream.data.device import DeviceStream
-from raystream.data.encode import write_video
-from raystream.data.frames import crop_square, scaled_size, square_resize
-from raystream.data.orders import ORDERS, Order
-from raystream.data.plan import Plan, Segments
-from raystream.data.stream import open_scaled_reader
-from raystream.data.sources import VideoInfo
-
-from rs_data_helpers import data_cfg, stream_cfg
+from raystream.data.decode.backends import open_reader, open_scaled_reader
+from raystream.data.decode.frames import crop_square, scaled_size, square_resize
+from raystream.data.decode.plan import Plan, Segments
+from raystream.data.demo.encode import write_video
+from raystream.data.stream.device import DeviceStream
+from raystream.data.stream.orders import ORDERS, Order
+from raystream.data.videos.listing import VideoInfo
 
 SETTINGS = {
     "overlap": dict(frames_per_clip=3, fps=15.0, clip_shift=1),
@@ -64,7 +62,7 @@ def test_decode_workers_do_not_change_the_batches_nor_a_restore(block_videos, or
 
 def _smooth_video(path, width, height, frames=12):
     from raystream.data.config import DemoConfig
-    from raystream.data.demo import render_video
+    from raystream.data.demo.render import render_video
 
     side = max(width, height)
     cfg = DemoConfig(kind="walking_tour", num_videos=1, frames_per_video=frames, fps=30.0, canvas=side)

@@ -1,5 +1,5 @@
 """The batching orders of the paper's Figure 4, as pure index arithmetic: which clip of which video sits at each
-(step, place) of the global batch. No decoding here; `stream.py` turns these indices into frames.
+(step, place) of the global batch. No decoding here; `batches.py` turns these indices into frames.
 
 Given the number of clips of every video (in stream order), global batch size B, seed and passes:
 

@@ -31,7 +31,8 @@ from omegaconf import OmegaConf
 
 from raystream.config import ConfigError, compose
 from raystream.config_tree import ConfigTreeError, add_user_dirs
-from raystream.tracking.store import TrackingStoreError
+from raystream.tracking import events
+from raystream.tracking.store import TrackingStoreError, prepare_store, tracking_uri
 from raystream.train.ray_start import loopback_only
 
 if TYPE_CHECKING:
@@ -143,11 +144,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     """Run the command. Each command's code is imported lazily, here: only that command's part of raystream loads
     (a `data` command imports neither Ray nor MLflow), and nothing imports Ray before `main`'s loopback_only()."""
     if args.command == "report":
-        from raystream.tracking.report import main as report_main
+        from raystream.tracking.report import main as report_main  # lazy: see _dispatch
 
         return report_main(experiment=args.experiment, parent=args.parent, out=args.out)
     if args.command == "tracking":
-        from raystream.tracking.mirror import main as upload_main
+        from raystream.tracking.mirror import main as upload_main  # lazy: see _dispatch
 
         return upload_main(args.file, tracking_uri=args.tracking_uri)
 
@@ -157,7 +158,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(OmegaConf.to_yaml(cfg))
         return 0
     if args.command == "train":
-        from raystream.tracking.store import prepare_store, tracking_uri
         from raystream.train.preflight import check_evaluation_data  # lazy: see _dispatch
         from raystream.train.run import main as train_main  # lazy: see _dispatch
 
@@ -201,10 +201,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 def sweep_main(cfg, overrides: Sequence[str] = (), verbose: bool = False) -> int:
     """`raystream sweep [overrides] [--verbose]`: run the sweep, print the report table and, last, how to open the
     comparison of its trials in the MLflow UI."""
-    import ray
+    import ray  # lazy: Ray, and the sweep's part of raystream below, load for `sweep` only (see _dispatch)
 
-    from raystream.tune import console
-    from raystream.tune.sweep import run_sweep
+    from raystream.tune import console  # lazy: see above
+    from raystream.tune.sweep import run_sweep  # lazy: see above
 
     with console.QuietRay(enabled=not verbose) as quiet:
         try:
@@ -218,7 +218,7 @@ def sweep_summary(outcome: "SweepOutcome") -> int:
     """Print how the sweep ended (the report table, then the MLflow UI lines; or what to run when the tracking store
     did not answer) and return the exit code: 0, 1 (every trial failed, or records left unsent), 130 / 143
     (interrupted by Ctrl-C / SIGTERM)."""
-    from raystream.tracking import report, ui
+    from raystream.tracking import report, ui  # lazy: the sweep's part (see _dispatch)
 
     print()
     if outcome.interrupted:
@@ -244,8 +244,6 @@ def sweep_summary(outcome: "SweepOutcome") -> int:
 
 def unsent_message(outcome: "SweepOutcome") -> str:
     """What a sweep that ended during a tracking outage says: what is saved where, and the one command to run."""
-    from raystream.tracking import events
-
     trials = [t for t in outcome.trials if t.unsent]
     held = f" and what MLflow lacks of {len(trials)} trials (their records)" if trials else ""
     return (f"sweep {outcome.run_name}: the MLflow tracking store at {outcome.tracking_uri} does not answer "

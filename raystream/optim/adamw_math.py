@@ -15,6 +15,7 @@ from typing import List, NamedTuple
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
+from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 
 class AdamWGroup(NamedTuple):
@@ -44,8 +45,6 @@ class AdamWGroup(NamedTuple):
 
 def fused_supported(params: List[Tensor]) -> bool:
     """Whether torch's fused AdamW kernel (torch._fused_adamw_) runs on every parameter's device and dtype."""
-    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-
     devices = _get_fused_kernels_supported_devices()
     return all(p.device.type in devices and torch.is_floating_point(p) for p in params)
 

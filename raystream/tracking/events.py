@@ -180,7 +180,7 @@ class Record:
     def _pull(self) -> None:
         """Start from the bucket's copy when it is longer than this machine's (written on another node); none in
         the bucket: start afresh (a copy here is of a run directory since removed)."""
-        import pyarrow.fs as pafs
+        import pyarrow.fs as pafs  # lazy: only for a record in a bucket; every CLI command loads this module
 
         fs, path = filesystem_at(self.where)
         info = fs.get_file_info(path)

@@ -14,9 +14,12 @@ import os
 import shlex
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from raystream.tracking import events as ev
+from raystream.tracking import names
+from raystream.tracking.plots import grad_cosine_plots, history
 from raystream.tracking.store import client as make_client
 from raystream.tracking.store import end_child_runs, failing_fast, retry
 from raystream.uris import filesystem_at
@@ -79,7 +82,7 @@ class Mirror:
         return retry(fn, what, attempts=self.attempts)
 
     def _metrics(self, run: str, found: List[Dict[str, Any]]) -> int:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric  # lazy: MLflow loads when mirroring (every CLI command loads this module)
 
         client = self._client()
         recorded = self._recorded.setdefault(run, {})
@@ -134,7 +137,7 @@ class Mirror:
 
     def _files(self, client, run: str, folder: str, sources: List[str]) -> None:
         """Copy each existing file of `sources` (paths or URIs) to this machine and log it under `folder`."""
-        import pyarrow.fs as pafs
+        import pyarrow.fs as pafs  # lazy: like MLflow above, loaded only when mirroring files
 
         with tempfile.TemporaryDirectory(prefix="raystream-artifact-") as d:
             for source in sources:
@@ -148,11 +151,6 @@ class Mirror:
     def _plots(self, client, run: str, title: str) -> None:
         """The gradient-cosine plots of `run`, from the metric history MLflow holds (the metrics are mirrored
         before: they come earlier in the record)."""
-        from pathlib import Path
-
-        from raystream.tracking import names
-        from raystream.tracking.plots import grad_cosine_plots, history
-
         with tempfile.TemporaryDirectory(prefix="raystream-plots-") as d:
             for f in grad_cosine_plots(history(client, run), Path(d) / names.ARTIFACT_PLOTS_DIR, title=title):
                 self._retry(lambda f=f: client.log_artifact(run, str(f), names.ARTIFACT_PLOTS_DIR), "log plot")

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+import mlflow
+from mlflow.entities import Param
+
 from raystream.tracking import events, names, ui
 from raystream.tracking.mirror import mirror_now
 from raystream.tracking.names import ERROR_TAG, TRIALS_ARTIFACT
@@ -42,9 +45,6 @@ class ParentRecord:
 def open_parent(uri: str, experiment: str, record: ParentRecord, resume_id: Optional[str] = None) -> str:
     """The sweep's parent run id: `resume_id` set RUNNING again when the store holds it, else a new run carrying
     `record` (and the sweep's view written to its experiment)."""
-    import mlflow
-    from mlflow.entities import Param
-
     client = mlflow_client(uri)
     if resume_id:
         try:

@@ -35,10 +35,10 @@ def grad_cosine_plots(series: Dict[str, Series], out_dir: Path, title: str = "")
     series = {k: v for k, v in series.items() if v}
     if not series:
         return []
-    import matplotlib
+    import matplotlib  # lazy: every CLI command loads this module; matplotlib only when plotting
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after the backend is chosen
 
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []

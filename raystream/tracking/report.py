@@ -29,6 +29,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import raystream.tracking.names as names
 from raystream.tracking.names import (CORRELATION_PREFIX, ERROR_TAG, GRAD_COS_MEAN, GRID_TAG_PREFIX, ROLE_TAG,
                                       SAMPLE_TAG_PREFIX, TRIALS_ARTIFACT, is_seed_key)
+from raystream.tracking.store import TrackingStoreError, prepare_store
+from raystream.tracking.store import client as store_client
+from raystream.tracking.store import tracking_uri as default_uri
 
 OPTIMIZER_PARAM = "optimizer.name"  # the config key, logged as a param of every run
 PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
@@ -124,11 +127,9 @@ def _fmt_mean_std(vals: Sequence[float], sci: bool = False) -> str:
 
 def _client(tracking_uri: Optional[str]):
     """A client of an existing store (a report creates none: no empty mlflow.db left behind)."""
-    from raystream.tracking.store import client, prepare_store, tracking_uri as default_uri
-
     uri = tracking_uri or default_uri(None)
     prepare_store(uri, create=False)
-    return client(uri), uri
+    return store_client(uri), uri
 
 
 def find_parent(client, experiment: Optional[str] = None, parent: Optional[str] = None):
@@ -260,10 +261,10 @@ def _slug(text: str) -> str:
 
 def plot_vs_axes(table: Table, out: Path) -> List[Path]:
     """Each metric against each numeric row axis (e.g. orth_beta, batch size), one line per other-axes combo."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib only when a report writes plots
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after the backend is chosen
 
     files = []
     for ai, axis in enumerate(table.row_axes):
@@ -301,10 +302,10 @@ def plot_vs_axes(table: Table, out: Path) -> List[Path]:
 
 def plot_grad_cos(client, trials: List[Trial], out: Path) -> Optional[Path]:
     """Histogram of the per-step cosine between consecutive raw gradients, one per optimizer."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib only when a report writes plots
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after the backend is chosen
 
     values: Dict[str, List[float]] = defaultdict(list)
     for t in trials:
@@ -331,10 +332,10 @@ def plot_grad_cos(client, trials: List[Trial], out: Path) -> Optional[Path]:
 def plot_grad_cos_curves(client, table: Table, out: Path) -> Optional[Path]:
     """The paper's Figure 1 per table row: grad_cos_prev over steps, averaged over the row's seeds (a running mean
     over 9 steps smooths the step-to-step sawtooth), one line per row (e.g. optimizer x order)."""
-    import matplotlib
+    import matplotlib  # lazy: matplotlib only when a report writes plots
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after the backend is chosen
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     drawn = 0
@@ -386,8 +387,6 @@ def write_report(client, parent_run, out: Optional[str] = None) -> Tuple[Table, 
 def main(experiment: Optional[str] = None, parent: Optional[str] = None, out: Optional[str] = None,
          tracking_uri: Optional[str] = None) -> int:
     """`raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]`: print the table, write the files."""
-    from raystream.tracking.store import TrackingStoreError
-
     try:
         client, uri = _client(tracking_uri)
     except TrackingStoreError as exc:

@@ -21,6 +21,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Sequence, TypeVar
+from urllib.parse import unquote, urlparse
 
 import raystream.tracking.names as names
 
@@ -70,8 +71,6 @@ def prepare_store(uri: str, *, create: bool = True) -> None:
     elif uri.startswith(("http://", "https://")):
         _ask_server(uri)
     elif uri.startswith("file:"):
-        from urllib.parse import unquote, urlparse
-
         root = Path(unquote(urlparse(uri).path))
         if not root.exists() and not create:
             raise TrackingStoreError(f"MLflow tracking URI {uri}: no such directory")
@@ -97,7 +96,7 @@ def _prepare_sqlite(uri: str, db: Path, create: bool) -> None:
     if not create:
         raise TrackingStoreError(f"MLflow tracking URI {uri}: no MLflow store at {db}")
     _writable_dir(uri, db.parent, what="the directory of the sqlite file")
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # lazy: MLflow; the CLI loads this module
 
     tmp = db.parent / f".{db.name}.{os.getpid()}.{random.randrange(1 << 30)}.tmp"
     quiet = [logging.getLogger(name) for name in ("mlflow.store.db.utils", "alembic.runtime.migration")]
@@ -128,8 +127,8 @@ def _prepare_sqlite(uri: str, db: Path, create: bool) -> None:
 
 def _ask_server(uri: str) -> None:
     """One short request to a tracking server (`experiments/search`, one result), retried a bounded number of times."""
-    from mlflow.tracking._tracking_service.utils import _get_store
-    from mlflow.utils.rest_utils import http_request
+    from mlflow.tracking._tracking_service.utils import _get_store  # lazy: MLflow; the CLI loads this module
+    from mlflow.utils.rest_utils import http_request  # lazy: as above
 
     creds = _get_store(uri).get_host_creds()
     last: Optional[BaseException] = None
@@ -221,7 +220,7 @@ def retry(fn: Callable[[], T], what: str, attempts: int = 8) -> T:
 
 
 def client(uri: str):
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # lazy: MLflow; the CLI loads this module
 
     return MlflowClient(tracking_uri=uri)
 

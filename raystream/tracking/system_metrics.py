@@ -48,7 +48,7 @@ class NodeMonitor:
         where = f" of {node}" if node else ""
         try:
             from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor  # psutil: raystream's dependency
-            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor  # lazy: a failure is said
 
             # It reads the run (resume_logging): a server that does not answer must not hold the workers' start.
             with failing_fast():

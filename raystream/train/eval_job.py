@@ -36,6 +36,8 @@ from raystream.eval.shard import Shard
 from raystream.models import build_scenario
 from raystream.models.checkpoint import CheckpointError, _check_fit
 from raystream.tracking import names
+from raystream.tracking.store import client as client_for
+from raystream.tracking.store import end_run, prepare_store, retry, start_run, tracking_uri
 from raystream.train import faults
 from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
@@ -142,10 +144,7 @@ def run(cfg: DictConfig, target: EvalTarget) -> Dict[str, Any]:
 def record(cfg, target: EvalTarget, metrics: Dict[str, float]) -> str:
     """Log `metrics` into the training run's MLflow run when the tracking store holds it, else into a new run
     `eval-<protocol>`; the run id."""
-    from mlflow.entities import Metric
-
-    from raystream.tracking.store import client as client_for
-    from raystream.tracking.store import end_run, retry, start_run, tracking_uri
+    from mlflow.entities import Metric  # lazy: the driver only; each Ray worker imports this module (MLflow: ~1 s)
 
     protocol = str(cfg.eval.protocol)
     uri = target.tracking_uri or tracking_uri(cfg)
@@ -178,8 +177,6 @@ def record(cfg, target: EvalTarget, metrics: Dict[str, float]) -> str:
 def main(cfg: DictConfig, target_text: str) -> int:
     """`raystream eval`: exit 0, 1 (the job failed) or 2 (bad target, config, probe set or tracking store: nothing
     ran; the store is created only once the rest is checked)."""
-    from raystream.tracking.store import prepare_store, tracking_uri
-
     try:
         target = prepare(cfg, target_text)
     except (ConfigError, DataError) as exc:

@@ -50,7 +50,7 @@ from raystream.eval.shard import Shard
 from raystream.models import build_scenario
 from raystream.models.scenario import unwrap
 from raystream.optim import GradCosineTracker, build_optimizer, param_groups
-from raystream.tracking import names
+from raystream.tracking import StepLogger, names
 from raystream.train import checkpoint, divergence, faults, persist
 from raystream.train.correlation import figures, measure_model, not_measured, per_worker_batch
 from raystream.train.evaluator import Evaluator, rng_kept
@@ -238,8 +238,6 @@ class Records:
     evaluates."""
 
     def __init__(self, w: Worker, start: int):
-        from raystream.tracking import StepLogger
-
         self.w = w
         self.active = w.rank == 0
         batch_size = w.cfg.stream.batch_size

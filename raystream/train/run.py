@@ -87,7 +87,7 @@ def default_run_name(cfg) -> str:
 def _log_params(client, run_id: str, params: Dict[str, Any]) -> None:
     """Log the params the run lacks; a changed value (e.g. a new trainer.max_steps on resume) is reported, not
     logged, since MLflow params are immutable."""
-    from mlflow.entities import Param
+    from mlflow.entities import Param  # lazy: the driver only; eval workers import this module (MLflow: ~1 s)
 
     have = retry(lambda: client.get_run(run_id), "get run").data.params
     new: List[Param] = []

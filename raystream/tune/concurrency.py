@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional
 
+from raystream.train.capacity import cluster_capacity
 from raystream.tune.space import SweepPlan
 
 
@@ -42,7 +43,5 @@ def trials_in_flight(explicit: Optional[int], the_plan: SweepPlan,
     if explicit:
         return int(explicit)
     if capacity is None:
-        from raystream.train.capacity import cluster_capacity
-
         capacity = cluster_capacity()
     return concurrent_trials(the_plan, capacity)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -110,8 +111,6 @@ def metrics_text(result: Dict[str, Any], extra: Optional[Dict[str, Any]] = None)
 
 def log_path(run_dir: Optional[Path], run_name: str) -> Path:
     """The sweep's log file: in its local Tune directory, else (a bucket) in the system temp directory."""
-    import tempfile
-
     directory = run_dir if run_dir is not None else Path(tempfile.gettempdir()) / "raystream"
     directory.mkdir(parents=True, exist_ok=True)
     return directory / "sweep.log" if run_dir is not None else directory / f"{run_name}.log"
@@ -155,6 +154,7 @@ class QuietRay:
         if self._out is None or self._routed is not None:
             return
         try:
+            # lazy: a private module of Ray, which a Ray version may lack (then nothing is routed)
             from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
         except ImportError:
             return
@@ -182,6 +182,7 @@ class QuietRay:
         if self._out is None:
             return
         if self._routed is not None:  # Ray's printer back, unless ray.shutdown removed ours
+            # lazy: Ray's private module, present since route_worker_output found it
             from ray._private.ray_logging import global_worker_stdstream_dispatcher as dispatcher
 
             write, printer = self._routed

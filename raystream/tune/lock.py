@@ -27,6 +27,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Dict, Optional
 
+import pyarrow.fs as pafs
+
 from raystream.config import ConfigError
 
 LOCK_FILE = ".raystream_sweep.lock"
@@ -64,8 +66,6 @@ class SweepLock:
 
     # ---- reading and judging the lock file ----------------------------------------------------------------------
     def _read(self) -> Optional[Dict[str, Any]]:
-        import pyarrow.fs as pafs
-
         fs = self.where.filesystem
         try:
             if fs.get_file_info(self.path).type != pafs.FileType.File:

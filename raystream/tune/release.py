@@ -18,7 +18,9 @@ import time
 from typing import Dict, List
 
 import ray
+from ray.experimental import internal_kv
 from ray.tune import Callback
+from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
 
 logger = logging.getLogger(__name__)
 KV_PREFIX = "raystream:train_pg:"
@@ -31,8 +33,6 @@ def _key(trial_id: str) -> bytes:
 
 
 def _kv():
-    from ray.experimental import internal_kv
-
     return internal_kv
 
 
@@ -62,8 +62,6 @@ class RecordPlacementGroup(_Base):
 
 def release(trial_id: str) -> List[str]:
     """Remove the placement groups trial `trial_id`'s Train runs recorded that are still reserved."""
-    from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
-
     raw = _kv()._internal_kv_get(_key(trial_id))
     removed = []
     for hex_id in json.loads(raw) if raw else []:

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import optuna.distributions as od
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -182,8 +183,6 @@ def _group_choice(overrides: Sequence[str], group: str) -> Optional[str]:
 
 def optuna_space(sample: Dict[str, SampleSpec]) -> Dict[str, Any]:
     """The sampled axes as Optuna distributions (what `OptunaSearch(space=...)` takes)."""
-    import optuna.distributions as od
-
     space = {}
     for key, spec in sample.items():
         if spec.kind == "loguniform":

@@ -49,10 +49,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
+import optuna
 from omegaconf import DictConfig, OmegaConf
+from ray import tune
+from ray.tune import ExperimentAnalysis
+from ray.tune.schedulers import ASHAScheduler
 
 from raystream import config_tree
 from raystream.config import ConfigError
+from raystream.data import DataError
 from raystream.tracking import events, names, ui
 from raystream.tracking.names import GRID_TAG_PREFIX, ROLE_TAG, SWEEP_RUN_TAG, SWEEP_TAG
 from raystream.tracking.mirror import catch_up
@@ -61,11 +66,15 @@ from raystream.tracking.store import client as mlflow_client
 from raystream.tracking.store import prepare_store, retry, tracking_uri
 from raystream.train import signals
 from raystream.train import storage as results
+from raystream.train.preflight import check_backbone_init, check_evaluation_data, total_steps
+from raystream.train.ray_start import start_ray
 from raystream.train.run import fit as train_fit
 from raystream.tune import console
 from raystream.tune.concurrency import trials_in_flight
+from raystream.tune.config import GROUPS
 from raystream.tune.lock import SweepLock
-from raystream.tune.searcher import CELL_KEY
+from raystream.tune.release import ReleaseStoppedTrials
+from raystream.tune.searcher import CELL_KEY, GridOptunaSearcher
 from raystream.tune.space import SweepPlan, optuna_space, plan, structured
 from raystream.tune.trial import RECORD_RESULT_KEY, error_text, trial_main
 
@@ -145,8 +154,6 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
                           "trials (its config changed); pick another sweep.run_name or leave it unset")
     lock = SweepLock(path, run_name).acquire()  # a second sweep of this name refuses here, naming the running one
 
-    from raystream.train.ray_start import start_ray
-
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")  # trials keep the driver's working directory
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # eval/* arrive only in the final report
     quiet_optuna()
@@ -221,10 +228,6 @@ def _checkpoint_period(seconds: float) -> Iterator[None]:
 def _tuner(cfg: DictConfig, the_plan: SweepPlan, path: "results.Storage", storage: "results.Storage", run_name: str,
            parent: str, fit: Callable, verbose: int, init_lines: List[Optional[str]]):
     """(resumed, the Tuner): `Tuner.restore` of the experiment at `path` when there is one, else a new Tuner."""
-    from ray import tune
-
-    from raystream.tune.release import ReleaseStoppedTrials
-
     trainable = tune.with_parameters(
         trial_main,
         cells=[c.config for c in the_plan.cells],
@@ -256,9 +259,6 @@ def check_cells(the_plan: SweepPlan) -> List[Optional[str]]:
     videos are generated here), and that each distinct model's start checkpoint fits it. Returns each cell's
     start-checkpoint line (None for random weights), which its trials log without reading the file again. Raises
     ConfigError naming the cell."""
-    from raystream.data import DataError
-    from raystream.train.preflight import check_backbone_init, check_evaluation_data, total_steps
-
     seen = set()
     init_lines: Dict[str, Optional[str]] = {}
     for cell in the_plan.cells:
@@ -290,17 +290,10 @@ def _model_key(config: Dict[str, Any]) -> str:
 
 def quiet_optuna() -> None:
     """Optuna logs every trial it creates at INFO; the sweep prints its own progress."""
-    import optuna
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def _tune_config(cfg: DictConfig, the_plan: SweepPlan):
-    from ray import tune
-    from ray.tune.schedulers import ASHAScheduler
-
-    from raystream.tune.searcher import GridOptunaSearcher
-
     sweep = cfg.sweep
     searcher = GridOptunaSearcher([c.values for c in the_plan.cells], optuna_space(the_plan.sample),
                                   the_plan.num_samples, metric=sweep.metric, mode=sweep.mode, seed=int(sweep.seed))
@@ -374,8 +367,6 @@ def description(text: str, the_plan: SweepPlan, grid: Dict[str, List[Any]], samp
 def view_columns(the_plan: SweepPlan, metrics: Sequence[str]) -> List[str]:
     """The columns of the sweep's view in the MLflow UI: each grid axis (a config key's param; for a config group
     axis such as `optimizer`, the `raystream.grid.<group>` tag), each sampled key, then `metrics`."""
-    from raystream.tune.config import GROUPS
-
     cols = [ui.column("tags", GRID_TAG_PREFIX + k) if k in GROUPS else ui.column("params", k)
             for k in the_plan.grid_keys]
     cols += [ui.column("params", k) for k in the_plan.sample]
@@ -386,8 +377,6 @@ def _saved_trials(path: str) -> Dict[str, Any]:
     """Each trial as Tune saved it for a restore (`.status`: TERMINATED, ERROR, or PENDING for a trial an interrupt
     stopped: in memory Tune marks those TERMINATED; `.config`: its values, also for a trial that failed in an
     earlier session, whose restored result carries no config). `path`: a local directory or a bucket URI."""
-    from ray.tune import ExperimentAnalysis
-
     try:
         return {t.trial_id: t for t in ExperimentAnalysis(path).trials}
     except Exception as exc:  # no saved state: treat results without an error as finished

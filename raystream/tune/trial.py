@@ -11,6 +11,9 @@ import os
 import sys
 from typing import Any, Dict, List
 
+from ray import tune
+from ray.tune.integration.ray_train import TuneReportCallback
+
 from raystream.tracking import names
 from raystream.tracking.names import (CELL_TAG, ERROR_TAG, GRID_TAG_PREFIX, ROLE_TAG, SAMPLE_TAG_PREFIX, SWEEP_RUN_TAG,
                                       SWEEP_TAG, TRIAL_TAG)
@@ -18,6 +21,7 @@ from raystream.tracking.store import client as mlflow_client
 from raystream.tracking.store import failing_fast, retry, tracking_uri, wait_for_store
 from raystream.train.run import TrackingUnavailable
 from raystream.tune import console
+from raystream.tune.release import RecordPlacementGroup
 from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import apply_values, structured
 
@@ -27,11 +31,6 @@ RECORD_RESULT_KEY = "unsent_record"  # in a trial's result: its record, which ML
 
 def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[str, Any]) -> Dict[str, Any]:
     """One Tune trial: the cell's config plus the sampled values, checked, then one Ray Train run."""
-    from ray import tune
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    from raystream.tune.release import RecordPlacementGroup
-
     cell = int(config[CELL_KEY])
     cfg = structured(cells[cell])
     sampled = {k: v for k, v in config.items() if k in info["sample_keys"]}

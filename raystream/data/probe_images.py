@@ -20,10 +20,10 @@ import numpy as np
 
 from raystream.data.demo import digit_images, digit_pool
 
-PROBE_VERSION = 3
+PROBE_VERSION = 4
 CANVAS = 32
 COPIES = 2  # renderings (spot, tint) of each digit image
-SCALE = 3  # 8 px digits drawn at 24 px, as the start's digits at stream.resolution (table1_start.yaml)
+SCALE = 2  # 8 px digits drawn at 16 px, as the start's digits at stream.resolution (table1_start.yaml)
 
 
 def render_digit(index: int, rng: np.random.Generator, canvas: int = CANVAS, scale: int = SCALE) -> np.ndarray:

@@ -23,12 +23,14 @@ from omegaconf import DictConfig, OmegaConf
 EXPERIMENT = "table1_start"
 RECORD = "start.json"
 _UNHASHED = ("mlflow", "sweep")  # where the run is recorded does not change the weights
+_UNHASHED_TRAINER = ("storage_path", "log_every")
 
 
 def config_hash(cfg: DictConfig) -> str:
     """A short hash of everything in the composed config that shapes the start's weights and figures."""
     container = OmegaConf.to_container(cfg, resolve=True)
     payload = {k: v for k, v in container.items() if k not in _UNHASHED}
+    payload["trainer"] = {k: v for k, v in payload["trainer"].items() if k not in _UNHASHED_TRAINER}
     return hashlib.sha1(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

@@ -1,7 +1,7 @@
 """A labelled image probe set generated from packages, written as an ImageFolder (`eval.dataset` takes it).
 
 `ensure_digit_probe(root)` writes `root/train/<digit>/*.png` and `root/val/<digit>/*.png` on first use, then finds
-it (a `DONE` marker, written last; a private temporary folder renamed into place, as the demo videos). The images
+it (`demo.write_once`: a `DONE` marker, a private temporary folder renamed into place, as the demo videos). The images
 are scikit-learn's held-out digits (every 5th image: the demo videos never show them, raystream/data/demo.py),
 tinted and placed at a random spot on a black canvas, as they appear in the moving-digits demo. Of each class's
 held-out images, alternate ones go to `train` and `val`, each drawn twice (720 images in all): no digit image is in both. It is the held-out set of the Table 1
@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from raystream.data.demo import digit_images, digit_pool
+from raystream.data.demo import digit_images, digit_pool, write_once
 
 PROBE_VERSION = 4
 CANVAS = 32
@@ -43,11 +41,8 @@ def ensure_digit_probe(root) -> Path:
     from PIL import Image
 
     final = Path(os.path.expanduser(str(root)))
-    if (final / "DONE").exists():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
+
+    def fill(tmp: Path) -> None:
         labels = digit_images()[1]
         rng = np.random.default_rng(PROBE_VERSION)
         seen: dict = {}
@@ -58,13 +53,8 @@ def ensure_digit_probe(root) -> Path:
             folder.mkdir(parents=True, exist_ok=True)
             for copy in range(COPIES):
                 Image.fromarray(render_digit(int(index), rng)).save(folder / f"digit_{int(index):04d}_{copy}.png")
-        (tmp / "config.json").write_text(json.dumps({"version": PROBE_VERSION, "canvas": CANVAS, "scale": SCALE, "copies": COPIES}))
-        (tmp / "DONE").write_text("ok\n")
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process finished first: theirs is identical
-            if not (final / "DONE").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "config.json").write_text(json.dumps({"version": PROBE_VERSION, "canvas": CANVAS, "scale": SCALE,
+                                                     "copies": COPIES}))
+
+    write_once(final, fill)
     return final

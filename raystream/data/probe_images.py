@@ -4,8 +4,9 @@
 it (`demo.write_once`: a `DONE` marker, a private temporary folder renamed into place, as the demo videos). The images
 are scikit-learn's held-out digits (every 5th image: the demo videos never show them, raystream/data/demo.py),
 tinted and placed at a random spot on a black canvas, as they appear in the moving-digits demo. Of each class's
-held-out images, alternate ones go to `train` and `val`, each drawn twice (720 images in all): no digit image is in both. It is the held-out set of the Table 1
-miniature (sweeps/experiment/table1_mini.yaml): labelled images that are not the video being trained on.
+held-out images, alternate ones go to `train` and `val`, each drawn twice (720 images in all): no digit image is in
+both. It is the held-out set of the Table 1 miniature (sweeps/experiment/table1_mini.yaml): labelled images that
+are not the video being trained on.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def test_smoke_table1_mini_end_to_end(tmp_path):
     env["RAYSTREAM_CACHE_DIR"] = str(tmp_path / "cache")
     common = [f"mlflow.tracking_uri=sqlite:///{db}", "mlflow.experiment=table1-e2e", "eval.dino.epochs=2"]
     start = [sys.executable, "-m", "raystream.cli", "pretrain-start", *common, "trainer.max_steps=4",
-             "data.demo.num_videos=1", "data.demo.frames_per_video=60"]
+             "stream.batch_size=4", "data.demo.num_videos=1", "data.demo.frames_per_video=60"]
     out = subprocess.run(start, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "eval/knn_top1_k20" in out.stdout and "eval/linear_top1" in out.stdout

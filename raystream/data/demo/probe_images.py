@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from raystream.data.demo.render import digit_images, digit_pool
 from raystream.data.demo.videos import write_once
@@ -40,8 +41,6 @@ def render_digit(index: int, rng: np.random.Generator, canvas: int = CANVAS, sca
 
 def ensure_digit_probe(root) -> Path:
     """The ImageFolder of held-out digits at `root` (written on first use; safe when several processes race)."""
-    from PIL import Image
-
     final = Path(os.path.expanduser(str(root)))
 
     def fill(tmp: Path) -> None:

@@ -102,3 +102,12 @@ def test_smoke_table1_mini_end_to_end(tmp_path):
     logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert "report/grad_cos_curves.png" in logged
 
+
+
+def test_a_missing_start_says_how_to_make_it(tmp_path, monkeypatch):
+    from raystream.config import ConfigError
+    from raystream.train.preflight import check_backbone_init
+
+    monkeypatch.setenv("RAYSTREAM_CACHE_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match="raystream pretrain-start"):
+        check_backbone_init(compose(MINI))

@@ -66,6 +66,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.choices["sweep"].add_argument("--verbose", action="store_true",
                                       help="Ray's and Tune's output on the terminal (else in the sweep's log file)")
 
+    ps = sub.add_parser("pretrain-start", help="train (once, cached) the pretrained start of the Table 1 miniature "
+                                               "(+experiment=table1_start; raystream/train/start.py)")
+    ps.add_argument("overrides", nargs="*", help="Hydra overrides of the start's run, e.g. trainer.max_steps=100")
+
     e = sub.add_parser("eval", help="the probes of a checkpoint as a Ray Train job on every worker "
                                     "(raystream/train/eval_job.py)")
     e.add_argument("target", help="a training run's directory (its newest checkpoint), a checkpoint_<step> "
@@ -123,7 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--eval", action="store_true",
                    help="an evaluation worker's rates instead (ViT-S images/s, ViT-B clips/s, an attentive-probe "
                         "step) and the paper's probe evaluations estimated from them; no experiment config used")
-    for composing in (sub.choices["train"], sub.choices["sweep"], e, i, m, x, c, b):
+    for composing in (sub.choices["train"], sub.choices["sweep"], ps, e, i, m, x, c, b):
         composing.add_argument("--config-dir", action="append", default=[], metavar="DIR",
                                help="a directory of your own config files, searched after the shipped tree (as "
                                     "Hydra's --config-dir; repeatable; also $RAYSTREAM_CONFIG_DIR)")
@@ -153,6 +157,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return upload_main(args.file, tracking_uri=args.tracking_uri)
 
     add_user_dirs(args.config_dir)
+    if args.command == "pretrain-start":
+        from raystream.train.start import EXPERIMENT, main as start_main
+
+        return start_main(compose([f"+experiment={EXPERIMENT}", *args.overrides]))
     cfg = compose(args.overrides)
     if getattr(args, "cfg", None) == "job":
         print(OmegaConf.to_yaml(cfg))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
 from raystream.config import ConfigError
@@ -54,7 +55,11 @@ def check_backbone_init(cfg) -> Optional[str]:
     try:
         line = check_init(cfg.scenario, cfg.stream, int(cfg.trainer.seed))
     except CheckpointError as exc:
-        raise ConfigError(str(exc)) from None
+        hint = ""
+        if Path(os.path.expanduser(str(cfg.scenario.backbone.init))).parent.name == "starts" and \
+                not os.path.exists(os.path.expanduser(str(cfg.scenario.backbone.init))):
+            hint = " (a start made here: make it first with `raystream pretrain-start`, docs/results.md)"
+        raise ConfigError(f"{exc}{hint}") from None
     print(f"raystream: {line}", file=sys.stderr, flush=True)
     return line
 

@@ -1,24 +1,13 @@
-"""One raystream run as a Ray Train job: `raystream train <overrides>` calls `main(cfg)`; a Tune trial calls `fit`.
-
-`fit(cfg)` on the driver:
- 1. checks the config and the videos (`preflight`), starts or joins Ray (`RAY_ADDRESS`, else a local cluster), and
-    checks the cluster has the CPUs/GPUs asked for: a bad key fails here, before any worker starts;
- 2. creates the MLflow run (nested under `mlflow_parent_run_id` when given) or, when `<storage>/<run name>` already
-    holds one, resumes that MLflow run; logs the flattened config as params. When the run resumes from a checkpoint
-    but its MLflow run is gone (e.g. mlflow.db deleted), it says so on stderr and tags the new MLflow run
-    `raystream.warning`: that run holds only the steps from the checkpoint on;
- 3. runs a `TorchTrainer` (Ray Train V2) over `trainer.num_workers` workers with `FailureConfig(max_failures)` and
-    `CheckpointConfig(num_to_keep)`. Same run name + storage path again = the workers resume from the newest
-    complete checkpoint on storage (`checkpoint.latest`; Ray Train's own record may lag behind it), so a killed or
-    interrupted driver re-run with the same `trainer.run_name` resumes instead of starting over;
- 4. appends the run's end (resolved config, gradient-cosine plots, final model.pt, FINISHED) to its record
-    `<run dir>/events.jsonl`, where rank 0 appended every step's metrics, and mirrors the record into MLflow
-    (`raystream.tracking.events`, `.mirror`); removes the checkpoints beyond `trainer.keep_checkpoints`.
-
-How a run ends: FINISHED; FAILED with `raystream.error` = the reason (a worker error after `trainer.max_failures`
-retries, or `DivergedError` at the first non-finite loss or gradient, which is never retried); KILLED on Ctrl-C or
-SIGTERM (`fit` raises `Interrupted`, and `main` prints the command that resumes the run). Whatever stops a run once its
-MLflow run is open (a storage error included) closes that run with the cause in `raystream.error`.
+"""One raystream run as a Ray Train job. The driver's path of `raystream train <overrides>` (a Tune trial enters at 2):
+ 1. `cli` composes the Hydra config (`config`) and calls `main(cfg)` here, which calls `fit(cfg)`;
+ 2. `train.preflight` checks the config, the videos (`data`) and the start checkpoint (`models`), before Ray;
+ 3. `train.ray_start` starts or joins Ray, and the cluster's CPUs/GPUs are checked against the run;
+ 4. `tracking` opens the MLflow run, or resumes the one `<storage>/<run name>` holds (then the workers resume from
+    its newest complete checkpoint);
+ 5. Ray Train's `TorchTrainer` runs `train.loop` on every worker: rank 0 appends each step to `<run dir>/events.jsonl`
+    (mirrored into MLflow), checkpoints go to `<run dir>` (`train.checkpoint`);
+ 6. `fit` appends the run's end (config, plots, model, status) to the record, mirrors it, prunes old checkpoints.
+A run ends FINISHED, FAILED (`raystream.error` says why; a divergence is never retried) or KILLED (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -157,7 +146,12 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     `mlflow_run_id`, `run_name`, `run_dir`, `checkpoint_path`.
     Raises ConfigError / DataError before any worker starts; Ray's TrainingFailedError when the workers fail more
     than `trainer.max_failures` times; DivergedError at the first non-finite loss or gradient (no retry);
-    `Interrupted` on Ctrl-C.
+    `Interrupted` on Ctrl-C or SIGTERM (`main` prints the command that resumes the run).
+    Same run name + storage path again resumes from the newest complete checkpoint on storage (`checkpoint.latest`;
+    Ray Train's own record may lag behind it). When the run resumes but its MLflow run is gone (mlflow.db deleted),
+    it says so on stderr and tags the new MLflow run `raystream.warning`: that run holds the steps from the checkpoint
+    on. Whatever stops a run once its MLflow run is open (a storage error included) closes that run with the cause
+    in `raystream.error`.
     """
     cfg = copy.deepcopy(cfg)
     name = run_name or cfg.trainer.run_name or default_run_name(cfg)

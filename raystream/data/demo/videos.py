@@ -16,7 +16,7 @@ import sys
 import tempfile
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import List
+from typing import Callable, List
 
 from omegaconf import OmegaConf
 
@@ -63,24 +63,35 @@ def ensure_demo_videos(demo_cfg, heldout: bool = False) -> List[Path]:
     final = demo_dir(demo_cfg, heldout)
     count = int(demo_cfg.heldout_videos) if heldout else int(demo_cfg.num_videos)
     paths = [final / f"video_{i:03d}.mp4" for i in range(count)]
-    if (final / "DONE").exists():
-        return paths
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
-    try:
+
+    def fill(tmp: Path) -> None:
         for i in range(count):
             write_video(tmp / paths[i].name, render_video(demo_cfg, i, heldout), float(demo_cfg.fps),
                         crf=int(demo_cfg.crf))
         (tmp / "config.json").write_text(json.dumps(_as_dict(demo_cfg), indent=1, sort_keys=True, default=str))
+
+    write_once(final, fill)
+    return paths
+
+
+def write_once(final: Path, fill: Callable[[Path], None]) -> None:
+    """Make the folder `final` once: `fill(tmp)` writes a private temporary folder beside it, which is marked
+    `DONE` and renamed into place. Found done, nothing is written; safe when several processes race (the loser's
+    copy is dropped: it is identical)."""
+    if (final / "DONE").exists():
+        return
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        fill(tmp)
         (tmp / "DONE").write_text("ok\n")
         try:
             os.rename(tmp, final)
-        except OSError:  # another worker finished first: theirs is identical
+        except OSError:  # another process finished first: theirs is identical
             if not (final / "DONE").exists():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return paths
 
 
 def main(cfg) -> int:

@@ -1,0 +1,92 @@
+"""`raystream pretrain-start`: the pretrained start of the Table 1 miniature, made here and cached.
+
+The paper's Table 1 starts DoRA from a DINO ImageNet checkpoint: a representation worth keeping. Its stand-in here
+is the run `+experiment=table1_start` describes (tiny DoRA on shuffled clips of the moving-digits demo). This
+command writes the held-out probe images (raystream/data/demo/probe_images.py), trains that run into
+`trainer.storage_path/trainer.run_name` (the directory `+experiment=table1_mini` names as
+`scenario.backbone.init`), and records there `start.json`: the hash of the composed config and the run's final
+probe figures. Called again with the same config it trains nothing and prints the record; a changed config trains
+afresh; an interrupted one resumes from its last checkpoint (as `raystream train` with the same run name).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from raystream.config import ConfigError
+from raystream.data import DataError
+from raystream.data.demo.probe_images import ensure_digit_probe
+from raystream.tracking.store import prepare_store, tracking_uri
+from raystream.train.preflight import check_evaluation_data
+from raystream.train.run import fit
+
+EXPERIMENT = "table1_start"
+RECORD = "start.json"
+_UNHASHED = ("mlflow", "sweep")  # where the run is recorded does not change the weights
+_UNHASHED_TRAINER = ("storage_path", "log_every")
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """A short hash of everything in the composed config that shapes the start's weights and figures."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    payload = {k: v for k, v in container.items() if k not in _UNHASHED}
+    payload["trainer"] = {k: v for k, v in payload["trainer"].items() if k not in _UNHASHED_TRAINER}
+    return hashlib.sha1(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def start_dir(cfg: DictConfig) -> Path:
+    """The run directory the start is trained into (a local one: the miniature's trials read it)."""
+    if cfg.trainer.storage_path is None or "://" in str(cfg.trainer.storage_path):
+
+        raise ConfigError(f"config key `trainer.storage_path` = {cfg.trainer.storage_path!r}: the start is cached "
+                          "in a local directory; expected a local path")
+    return Path(str(cfg.trainer.storage_path)).expanduser() / str(cfg.trainer.run_name)
+
+
+def cached(cfg: DictConfig) -> Optional[Dict[str, Any]]:
+    """The start's record when it was made with this config, else None."""
+    record = start_dir(cfg) / RECORD
+    if not record.is_file():
+        return None
+    found = json.loads(record.read_text())
+    return found if found.get("config_hash") == config_hash(cfg) else None
+
+
+def ensure_start(cfg: DictConfig) -> Dict[str, Any]:
+    """Write the probe set, train the start unless cached; return its record (path, hash, final figures)."""
+
+    if cfg.eval.dataset is not None:
+        ensure_digit_probe(cfg.eval.dataset)
+    found = cached(cfg)
+    if found is not None:
+        return found
+    where = start_dir(cfg)
+    if (where / RECORD).is_file():  # made with another config: train afresh rather than resume it
+        shutil.rmtree(where)
+    prepare_store(tracking_uri(cfg))  # as `raystream train`: the store and the probe set, before Ray starts
+    check_evaluation_data(cfg)
+    final = fit(cfg)
+    record = {"path": str(where), "config_hash": config_hash(cfg), "steps": final.get("steps_done"),
+              "mlflow_run_id": final.get("mlflow_run_id"),
+              "metrics": {k: v for k, v in final.items() if k.startswith("eval/") and isinstance(v, (int, float))}}
+    (where / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True))
+    return record
+
+
+def main(cfg: DictConfig) -> int:
+    """`raystream pretrain-start [overrides]`: make (or find) the start; print its directory and figures."""
+    try:
+        record = ensure_start(cfg)
+    except (ConfigError, DataError) as exc:
+        print(f"raystream pretrain-start: {exc}", file=sys.stderr)
+        return 2
+    figures = ", ".join(f"{k} {v:.4g}" for k, v in sorted(record["metrics"].items()))
+    print(f"start {record['path']} ({record['steps']} steps, config {record['config_hash']}): {figures}")
+    return 0

@@ -1,0 +1,113 @@
+"""Table 1 in miniature (issue 37): `raystream pretrain-start` makes the pretrained start once (cached),
+`+experiment=table1_mini sweep=table1_mini` plans the comparison from it and from random weights, and a smoke-sized
+sweep (one seed, AdamW, 2 steps) runs end to end as a user runs it (the CLI in a fresh directory, a local Ray
+cluster, real decord on the demo videos, MLflow in sqlite), and `raystream report` prints the table's columns.
+What it checks is that the figures are produced, not their values (docs/results.md has those).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from mlflow import MlflowClient
+
+from raystream.config import compose
+from raystream.train.start import EXPERIMENT, cached, config_hash, start_dir
+from raystream.tune.space import plan
+
+MINI = ["+experiment=table1_mini", "sweep=table1_mini"]
+
+
+def test_table1_mini_starts_from_the_cached_start_and_probes_held_out_images():
+    cfg = compose(MINI)
+    start = compose([f"+experiment={EXPERIMENT}"])
+    assert os.path.expanduser(cfg.scenario.backbone.init) == str(start_dir(start))
+    assert cfg.eval.dataset == start.eval.dataset and cfg.eval.protocol == "dino"
+    assert cfg.data.demo.kind == "walking_tour" and start.data.demo.kind == "moving_digits"
+    assert start.stream.order == "shuffled" and cfg.stream.order == "batch_along_time"
+    assert (cfg.stream.batch_size, cfg.stream.frames_per_clip, cfg.scenario.dora.global_crops) == (32, 8, 2)
+    # the start's model is the miniature's: loaded whole
+    assert cfg.scenario.backbone.preset == start.scenario.backbone.preset
+    assert {k: cfg.scenario.dora[k] for k in ("out_dim", "hidden_dim", "bottleneck_dim", "head_layers")} == \
+        {k: start.scenario.dora[k] for k in ("out_dim", "hidden_dim", "bottleneck_dim", "head_layers")}
+
+
+def test_table1_mini_sweep_plans_the_four_optimizers_from_both_starts():
+    p = plan(compose(MINI), MINI)
+    assert p.num_trials == 2 * 3 * 2 * 3
+    inits = {c.values["scenario.backbone.init"] for c in p.cells}
+    assert "random" in inits and len(inits) == 2
+    betas = {c.values["optimizer"]: c.config["optimizer"].get("orth_beta") for c in p.cells}
+    assert betas["orthogonal_adamw"] == 0.9 and betas["orthogonal_adamw_099"] == 0.99
+
+
+def test_the_start_is_cached_by_its_config(tmp_path):
+    cfg = compose([f"+experiment={EXPERIMENT}", f"trainer.storage_path={tmp_path}"])
+    assert cached(cfg) is None
+    where = start_dir(cfg)
+    where.mkdir(parents=True)
+    (where / "start.json").write_text(json.dumps({"config_hash": config_hash(cfg), "metrics": {}}))
+    assert cached(cfg) is not None
+    other = compose([f"+experiment={EXPERIMENT}", f"trainer.storage_path={tmp_path}", "optimizer.lr=5e-4"])
+    assert config_hash(other) != config_hash(cfg) and cached(other) is None
+
+
+@pytest.mark.slow
+def test_smoke_table1_mini_end_to_end(tmp_path):
+    """The start (4 steps), then 2 trials (AdamW x start / random, along time, seed 0, 2 steps): the table's
+    columns and figures, from the CLI as a user runs it."""
+    db = tmp_path / "mlflow.db"
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    env["RAYSTREAM_CACHE_DIR"] = str(tmp_path / "cache")
+    common = [f"mlflow.tracking_uri=sqlite:///{db}", "mlflow.experiment=table1-e2e", "eval.dino.epochs=2"]
+    start = [sys.executable, "-m", "raystream.cli", "pretrain-start", *common, "trainer.max_steps=4",
+             "stream.batch_size=4", "data.demo.num_videos=1", "data.demo.frames_per_video=60"]
+    out = subprocess.run(start, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "eval/knn_top1_k20" in out.stdout and "eval/linear_top1" in out.stdout
+    again = subprocess.run(start, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    # cached: the same record, and nothing trained (no Ray output)
+    assert again.returncode == 0 and again.stdout.strip() == out.stdout.strip().splitlines()[-1], again.stdout
+
+    overrides = [*MINI, *common, "optimizer=adamw", "stream.order=batch_along_time", "trainer.seed=0",
+                 "trainer.max_steps=2", "stream.batch_size=4", "stream.frames_per_clip=2",
+                 "data.demo.frames_per_video=120", f"trainer.storage_path={tmp_path / 'results'}"]
+    out = subprocess.run([sys.executable, "-m", "raystream.cli", "sweep", *overrides], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "2 trials finished, 0 failed" in out.stdout
+
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("table1-e2e")
+    trials = client.search_runs([exp.experiment_id], filter_string="tags.`raystream.role` = 'trial'")
+    assert len(trials) == 2
+    for run in trials:
+        m = run.data.metrics
+        assert {"eval/knn_top1_k20", "eval/linear_top1", "grad_cos_prev"} <= set(m), sorted(m)
+
+    rep = subprocess.run([sys.executable, "-m", "raystream.cli", "report", "--experiment", "table1-e2e",
+                          "--out", str(tmp_path / "report")], cwd=tmp_path,
+                         env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"}, capture_output=True, text=True,
+                         timeout=300)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    header = next(line for line in rep.stdout.splitlines() if line.startswith("| scenario.backbone.init"))
+    for column in ("eval/knn_top1_k20", "eval/linear_top1", "grad_cos_prev_mean"):
+        assert column in header
+    assert "| random |" in rep.stdout
+    parent = client.search_runs([exp.experiment_id], filter_string="tags.`raystream.role` = 'sweep'")[0]
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert "report/grad_cos_curves.png" in logged
+
+
+
+def test_a_missing_start_says_how_to_make_it(tmp_path, monkeypatch):
+    from raystream.config import ConfigError
+    from raystream.train.preflight import check_backbone_init
+
+    monkeypatch.setenv("RAYSTREAM_CACHE_DIR", str(tmp_path))
+    with pytest.raises(ConfigError, match="raystream pretrain-start"):
+        check_backbone_init(compose(MINI))

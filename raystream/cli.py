@@ -158,7 +158,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     add_user_dirs(args.config_dir)
     if args.command == "pretrain-start":
-        from raystream.train.start import EXPERIMENT, main as start_main
+        from raystream.train.start import EXPERIMENT, main as start_main  # lazy: see _dispatch
 
         return start_main(compose([f"+experiment={EXPERIMENT}", *args.overrides]))
     cfg = compose(args.overrides)

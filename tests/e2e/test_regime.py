@@ -7,15 +7,11 @@ the Figure 1 / Figure 3 plots logged on the sweep's parent run.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
-from mlflow import MlflowClient
 
 from raystream.config import compose
 from raystream.tune.space import plan
+from sweep_from_cli import cli_env, sweep_and_report
 
 REGIME = ["+experiment=regime", "sweep=regime"]
 
@@ -51,28 +47,11 @@ def test_tiny_regime_sweep_end_to_end(tmp_path):
                  "trainer.correlation_steps=1", "data.demo.frames_per_video=240", "eval.heldout_batches=2",
                  f"data.demo.cache_dir={tmp_path / 'demo'}", f"mlflow.tracking_uri=sqlite:///{db}",
                  "mlflow.experiment=regime-e2e", f"trainer.storage_path={tmp_path / 'results'}"]
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
-    out = subprocess.run([sys.executable, "-m", "raystream.cli", "sweep", *overrides], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "2 trials finished, 0 failed" in out.stdout
-
-    client = MlflowClient(f"sqlite:///{db}")
-    exp = client.get_experiment_by_name("regime-e2e")
-    trials = client.search_runs([exp.experiment_id], filter_string="tags.`raystream.role` = 'trial'")
-    assert len(trials) == 2
+    trials, report, logged = sweep_and_report(tmp_path, overrides, cli_env(), db, "regime-e2e")
     for run in trials:
         m = run.data.metrics
         assert -1 <= m["correlation/sequential"] <= 1 and -1 <= m["correlation/shuffled"] <= 1, m
         assert "eval/mse_out_of_stream" in m and "grad_cos_prev" in m
-
-    rep = subprocess.run([sys.executable, "-m", "raystream.cli", "report", "--experiment", "regime-e2e",
-                          "--out", str(tmp_path / "report")], cwd=tmp_path, env={**env, "MLFLOW_TRACKING_URI":
-                                                                                  f"sqlite:///{db}"},
-                         capture_output=True, text=True, timeout=300)
-    assert rep.returncode == 0, rep.stderr[-3000:]
-    assert "| stream.order | n |" in rep.stdout and "grad_cos_prev_mean" in rep.stdout
-    assert "| batch_along_time | 1 |" in rep.stdout and "| shuffled | 1 |" in rep.stdout
-    parent = client.search_runs([exp.experiment_id], filter_string="tags.`raystream.role` = 'sweep'")[0]
-    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert "| stream.order | n |" in report and "grad_cos_prev_mean" in report
+    assert "| batch_along_time | 1 |" in report and "| shuffled | 1 |" in report
     assert {"report/grad_cos_curves.png", "report/grad_cos_hist.png", "report/report.md"} <= logged

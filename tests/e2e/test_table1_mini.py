@@ -13,11 +13,11 @@ import subprocess
 import sys
 
 import pytest
-from mlflow import MlflowClient
 
 from raystream.config import compose
 from raystream.train.start import EXPERIMENT, cached, config_hash, start_dir
 from raystream.tune.space import plan
+from sweep_from_cli import cli_env, sweep_and_report
 
 MINI = ["+experiment=table1_mini", "sweep=table1_mini"]
 
@@ -61,8 +61,7 @@ def test_smoke_table1_mini_end_to_end(tmp_path):
     """The start (4 steps), then 2 trials (AdamW x start / random, along time, seed 0, 2 steps): the table's
     columns and figures, from the CLI as a user runs it."""
     db = tmp_path / "mlflow.db"
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
-    env["RAYSTREAM_CACHE_DIR"] = str(tmp_path / "cache")
+    env = cli_env(RAYSTREAM_CACHE_DIR=str(tmp_path / "cache"))
     common = [f"mlflow.tracking_uri=sqlite:///{db}", "mlflow.experiment=table1-e2e", "eval.dino.epochs=2"]
     start = [sys.executable, "-m", "raystream.cli", "pretrain-start", *common, "trainer.max_steps=4",
              "stream.batch_size=4", "data.demo.num_videos=1", "data.demo.frames_per_video=60"]
@@ -76,30 +75,14 @@ def test_smoke_table1_mini_end_to_end(tmp_path):
     overrides = [*MINI, *common, "optimizer=adamw", "stream.order=batch_along_time", "trainer.seed=0",
                  "trainer.max_steps=2", "stream.batch_size=4", "stream.frames_per_clip=2",
                  "data.demo.frames_per_video=120", f"trainer.storage_path={tmp_path / 'results'}"]
-    out = subprocess.run([sys.executable, "-m", "raystream.cli", "sweep", *overrides], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "2 trials finished, 0 failed" in out.stdout
-
-    client = MlflowClient(f"sqlite:///{db}")
-    exp = client.get_experiment_by_name("table1-e2e")
-    trials = client.search_runs([exp.experiment_id], filter_string="tags.`raystream.role` = 'trial'")
-    assert len(trials) == 2
+    trials, report, logged = sweep_and_report(tmp_path, overrides, env, db, "table1-e2e")
     for run in trials:
         m = run.data.metrics
         assert {"eval/knn_top1_k20", "eval/linear_top1", "grad_cos_prev"} <= set(m), sorted(m)
-
-    rep = subprocess.run([sys.executable, "-m", "raystream.cli", "report", "--experiment", "table1-e2e",
-                          "--out", str(tmp_path / "report")], cwd=tmp_path,
-                         env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"}, capture_output=True, text=True,
-                         timeout=300)
-    assert rep.returncode == 0, rep.stderr[-3000:]
-    header = next(line for line in rep.stdout.splitlines() if line.startswith("| scenario.backbone.init"))
+    header = next(line for line in report.splitlines() if line.startswith("| scenario.backbone.init"))
     for column in ("eval/knn_top1_k20", "eval/linear_top1", "grad_cos_prev_mean"):
         assert column in header
-    assert "| random |" in rep.stdout
-    parent = client.search_runs([exp.experiment_id], filter_string="tags.`raystream.role` = 'sweep'")[0]
-    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert "| random |" in report
     assert "report/grad_cos_curves.png" in logged
 
 

@@ -124,10 +124,12 @@ def _prepare_and_use(uri, experiment):
 def test_a_new_sqlite_store_is_created_once_and_appears_complete(tmp_path):
     """Several drivers at once on a new file: one creates and migrates it under a temporary name and moves it in
     whole; none sees a half-migrated store (sqlite3 `table _alembic_tmp_... already exists` before)."""
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    with ProcessPoolExecutor(3) as pool:
+    # spawned, not forked: the suite's Ray driver may be live in this process (tests/eval/test_eval_shard.py)
+    with ProcessPoolExecutor(3, mp_context=multiprocessing.get_context("spawn")) as pool:
         ids = list(pool.map(_prepare_and_use, [uri] * 3, ["a", "b", "c"]))
     assert len(set(ids)) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]  # no temporary file left behind

@@ -55,9 +55,9 @@ def check_backbone_init(cfg) -> Optional[str]:
     try:
         line = check_init(cfg.scenario, cfg.stream, int(cfg.trainer.seed))
     except CheckpointError as exc:
+        start = Path(os.path.expanduser(str(cfg.scenario.backbone.init)))
         hint = ""
-        if Path(os.path.expanduser(str(cfg.scenario.backbone.init))).parent.name == "starts" and \
-                not os.path.exists(os.path.expanduser(str(cfg.scenario.backbone.init))):
+        if start.parent.name == "starts" and not start.exists():
             hint = " (a start made here: make it first with `raystream pretrain-start`, docs/results.md)"
         raise ConfigError(f"{exc}{hint}") from None
     print(f"raystream: {line}", file=sys.stderr, flush=True)

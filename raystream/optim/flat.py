@@ -27,16 +27,6 @@ class Flat:
             for i, t in enumerate(tensors):
                 row[i] = row[i].view(t.shape)
         self.lengths = torch.tensor(sizes, dtype=torch.long, device=device)
-        self._segments: Optional[Tensor] = None
-
-    @property
-    def segments(self) -> Tensor:
-        """For each element of a row, the index of its tensor (int32; built on first use: only per-tensor
-        projections broadcast one value per tensor)."""
-        if self._segments is None:
-            ids = torch.arange(len(self.lengths), dtype=torch.int32, device=self.lengths.device)
-            self._segments = torch.repeat_interleave(ids, self.lengths, output_size=self.data.shape[1])
-        return self._segments
 
 
 def buckets(tensors: Sequence[Tensor], dtype_of: Callable[[Tensor], torch.dtype]) -> Dict[Tuple, List[int]]:

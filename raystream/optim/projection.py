@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from raystream.optim.config import PROJECTIONS
-from raystream.optim.flat import Workspace
+from raystream.optim.flat import Flat, Workspace
 from raystream.optim.reductions import dot, sq_norm, total
 
 # (sum g . c, sum c . c, sum u . u) of a step, for the diagnostics: None where not computed
@@ -159,7 +159,7 @@ def flat_project(grads: Sequence[Tensor], emas: Sequence[Tensor], projection: st
     for idx, flat in buffers:
         torch._foreach_copy_(flat.views[0], [grads[i] for i in idx])
         torch._foreach_copy_(flat.views[1], [emas[i] for i in idx])
-        parts.append(flat_dots(flat.data, projection, flat.lengths))
+        parts.append(flat_dots(flat, projection))
     if projection == "global":
         gc, cc = total([a for a, _ in parts]), total([b for _, b in parts])
         ks = [safe_ratio(gc, cc).to(flat.data.device) for _, flat in buffers]
@@ -168,26 +168,30 @@ def flat_project(grads: Sequence[Tensor], emas: Sequence[Tensor], projection: st
         ks = [safe_ratio(a, b) for a, b in parts]
     u: List[Tensor] = list(grads)
     for (idx, flat), k in zip(buffers, ks):
-        flat_orthogonalize_(flat.data, k, flat.segments if k.dim() else None)
+        flat_orthogonalize_(flat, k)
         for j, i in enumerate(idx):
             u[i] = flat.views[0][j]
     uu = total([torch.dot(flat.data[0], flat.data[0]) for _, flat in buffers]) if with_update_norm else None
     return u, (gc, cc, uu)
 
 
-def flat_dots(W: Tensor, projection: str, lengths: Tensor) -> Tuple[Tensor, Tensor]:
-    """(g . c, c . c) of W = [g; c]: 0-dim over the whole row ("global", one matrix-vector product), or one value
-    per tensor of `lengths` elements ("per_tensor", one segmented sum)."""
+def flat_dots(flat: Flat, projection: str) -> Tuple[Tensor, Tensor]:
+    """(g . c, c . c) of `flat`'s W = [g; c]: 0-dim over the whole row ("global", one matrix-vector product), or one
+    value per tensor ("per_tensor": g . c as one segmented sum of g * c, c . c from one multi-tensor norm, which
+    reads c once instead of forming c * c)."""
+    W = flat.data
     if projection == "global":
         s = torch.mv(W, W[1])
+        return s[0], s[1]
+    gc = torch.segment_reduce(W[0] * W[1], "sum", lengths=flat.lengths, unsafe=True)
+    return gc, torch.stack(torch._foreach_norm(flat.views[1])).square()
+
+
+def flat_orthogonalize_(flat: Flat, k: Tensor) -> None:
+    """Row 0 of `flat`'s W = [g; c] becomes u = g - k c; k is 0-dim (one op over the row), or one value per tensor
+    (one multi-tensor op over the row's views: no per-element copy of k)."""
+    W = flat.data
+    if k.dim() == 0:
+        W[0].addcmul_(W[1], k, value=-1)
     else:
-        s = torch.segment_reduce(W * W[1], "sum", lengths=lengths.expand(2, -1), axis=1, unsafe=True)
-    return s[0], s[1]
-
-
-def flat_orthogonalize_(W: Tensor, k: Tensor, segments: Optional[Tensor] = None) -> None:
-    """Row 0 of W = [g; c] becomes u = g - k c; k is 0-dim, or one value per tensor with `segments` the index of
-    each element's tensor."""
-    if k.dim() > 0:
-        k = k.index_select(0, segments)
-    W[0].addcmul_(W[1], k, value=-1)
+        torch._foreach_addcmul_(flat.views[0], flat.views[1], list(k.neg().unbind()))

@@ -69,6 +69,14 @@ def test_guard_holes_are_closed(override, key):
         compose([override])
 
 
+def test_optimizer_compile_takes_true_false_or_auto():
+    with pytest.raises(ConfigError, match=r"optimizer\.compile.*expected true, false or auto"):
+        compose(["optimizer.compile=maybe"])
+    assert [compose([f"optimizer.compile={v}"]).optimizer.compile for v in ("true", "false", "auto")] == \
+        [True, False, "auto"]
+    assert compose([]).optimizer.compile == "auto"
+
+
 @pytest.mark.parametrize("overrides", [["optimizer=adamw", "optimizer.compile=true"],
                                        ["optimizer.compile=true", "optimizer.projection=dim0"]])
 def test_the_compiled_step_is_asked_for_only_where_it_exists(overrides):

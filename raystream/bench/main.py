@@ -30,6 +30,7 @@ from raystream.bench.optimizer_timing import compile_applies, label, time_optimi
 from raystream.bench.trainee import Budget, CheckFailed, Trainee, device_name, resolve_device
 from raystream.data import DataError
 from raystream.data.decode.workers import available_cores, default_decode_workers
+from raystream.optim.factory import compile_choice
 
 WARMUP = 3  # untimed steps before each timing (the compiled optimizer step compiles in the second)
 COMPILE_BUDGET_S = {"cpu": 600.0, "cuda": 240.0}  # --compile auto compiles when the time budget is at least this
@@ -40,7 +41,7 @@ def compile_decision(mode: str, opt_cfg, device: torch.device, budget: Budget) -
     if not compile_applies(opt_cfg):
         return False, (f"not applicable to optimizer.name={opt_cfg.name}, projection={opt_cfg.projection} (the "
                        "compiled step is orthogonal_adamw's, global or per_tensor projection)")
-    if mode == "on" or opt_cfg.compile:
+    if mode == "on" or opt_cfg.compile is True:
         return True, ""
     if mode == "off":
         return False, "--compile off"
@@ -49,6 +50,15 @@ def compile_decision(mode: str, opt_cfg, device: torch.device, budget: Budget) -
         return False, (f"time budget {budget.seconds:.0f} s < {need:.0f} s allowed for torch.compile on "
                        f"{device.type} (--compile on forces it)")
     return True, ""
+
+
+def resolve_auto_compile(cfg, trainee: Trainee) -> Tuple[Any, Optional[str]]:
+    """`cfg` with `optimizer.compile: auto` replaced by the step the trainee's optimizer was built with (so the
+    configured row times the default path, not a third variant), and which it is and why (None without auto)."""
+    if cfg.optimizer.compile != "auto" or not compile_applies(cfg.optimizer):
+        return cfg, None
+    compiled, why = compile_choice(trainee.groups, cfg.optimizer)
+    return OmegaConf.merge(cfg, {"optimizer": {"compile": compiled}}), f"{'compiled' if compiled else 'eager'}: {why}"
 
 
 def _setting(cfg, trainee: Trainee, device: torch.device, overrides: Sequence[str]) -> Dict[str, Any]:
@@ -71,7 +81,9 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
     dev = resolve_device(device)
     meter = memory.PeakMemory(dev, memory.rss())
     trainee = Trainee.build(cfg, dev, total_steps=10 ** 6)
+    cfg, auto = resolve_auto_compile(cfg, trainee)
     result = _setting(cfg, trainee, dev, overrides)
+    result["optimizer_compile_auto"] = auto
     result.update(steps=steps, warmup=WARMUP, time_budget_s=float(time_budget))
     result.update(correlation_phase(trainee, meter))
     allowed, why_not = compile_decision(compile, cfg.optimizer, dev, budget)

@@ -21,8 +21,7 @@ from torch.optim import Optimizer
 
 from raystream.bench.trainee import Budget, sync
 from raystream.optim import build_optimizer
-
-COMPILED_PROJECTIONS = ("global", "per_tensor")
+from raystream.optim.config import COMPILED_PROJECTIONS
 
 
 def compile_applies(opt_cfg) -> bool:
@@ -31,7 +30,7 @@ def compile_applies(opt_cfg) -> bool:
 
 
 def label(opt_cfg) -> str:
-    return f"{opt_cfg.name}_compiled" if opt_cfg.compile else str(opt_cfg.name)
+    return f"{opt_cfg.name}_compiled" if opt_cfg.compile is True else str(opt_cfg.name)
 
 
 def copy_groups(groups: List[dict], seed: int = 0) -> List[dict]:

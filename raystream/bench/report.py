@@ -7,8 +7,9 @@ live_over_memory (live / from-memory), live_decode_workers (the configured count
 live_timed_steps (fewer than `steps` when the time budget ran out); decode_workers (the smallest measured
 count reaching 0.9x of from-memory, null when none did), decode_bound, decode_workers_sweep
 {count: {steps_per_s, over_memory}}, decode_workers_not_measured, decode_verdict; optimizer_step_ms {label: ms},
-optimizer_configured, optimizer_step_skipped {label: why}, optimizer_compiled {label: whether the compiled
-optimizer's steps ran compiled, e.g. "ran compiled (23 steps)" or "ran eagerly in 3 of 23 steps: <reason>"}; memory
+optimizer_configured (with `optimizer.compile: auto`, the step auto chose), optimizer_compile_auto ("compiled: why"
+or "eager: why"; null when compile is true or false), optimizer_step_skipped {label: why}, optimizer_compiled
+{label: whether the compiled optimizer's steps ran compiled, e.g. "ran compiled (23 steps)" or "ran eagerly in 3 of 23 steps: <reason>"}; memory
 (raystream/bench/memory.py): peak_memory_gb (GiB) and peak_memory_bytes of the training phase (live steps and one
 checkpoint save, on the device), host_peak_memory_gb/_bytes (the host's; on CPU the same),
 correlation_peak_memory_gb/_bytes and correlation_host_peak_memory_gb/_bytes of the stream correlation before step 0
@@ -48,6 +49,8 @@ def table(r: Dict[str, Any]) -> str:
         ratio = f"{ms / fused:9.2f}" if fused else f"{'':9}"
         mark = " (configured)" if name == r["optimizer_configured"] else ""
         lines.append(f"{name + mark:<32} {ms:8.2f} {ratio}")
+    if r["optimizer_compile_auto"]:
+        lines.append(f"optimizer.compile=auto chose {r['optimizer_compile_auto']}")
     for name, why in r["optimizer_step_skipped"].items():
         lines.append(f"{name:<32} not timed: {why}")
     for name, how in r["optimizer_compiled"].items():

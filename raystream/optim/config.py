@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from raystream.checks import Check, one_of
 
@@ -24,10 +24,12 @@ class OptimizerConfig:
     None keeps it constant; a value makes it follow DINO's cosine from `weight_decay` to `weight_decay_end` over
     the run (raystream/train/schedule.py).
 
-    `compile` (orthogonal_adamw only) runs projection, EMA and AdamW as one torch.compile'd step: on CPU
-    1.75-1.85x the time of torch's fused AdamW instead of 3.4-3.6x (benchmarks/optimizer_step.py), for a compilation of
-    about a minute at the run's second step (cached on disk afterwards). It needs a C++ compiler (CPU) or Triton (GPU),
-    fp32 parameters and the global or per_tensor projection. Off by default: docs/optimizers.md says why.
+    `compile` (orthogonal_adamw only) picks the step: `auto` (default) runs the torch.compile'd step (projection, EMA
+    and AdamW fused, raystream/optim/compiled.py) for models of at least `compile_min_params` trainable fp32
+    parameters on a CPU, where it was measured faster once its compilation (about a minute at the run's second step)
+    is paid back, and the eager multi-tensor step otherwise; `true` / `false` force one (true needs a C++ compiler on
+    CPU or Triton on GPU, fp32 parameters and the global or per_tensor projection). The rule and its figures:
+    docs/optimizers.md.
     """
 
     name: str = "orthogonal_adamw"
@@ -44,13 +46,15 @@ class OptimizerConfig:
     warmup_steps: int = 10
     min_lr_ratio: float = 0.01  # cosine decays to lr * min_lr_ratio
     grad_clip: float = 0.0  # 0 disables clipping
-    compile: bool = False  # orthogonal_adamw: the fused torch.compile'd step (raystream/optim/compiled.py)
+    compile: Any = "auto"  # orthogonal_adamw: true | false | auto (raystream/optim/factory.py: compile_choice)
+    compile_min_params: int = 20_000_000  # compile=auto: the compiled step from this many trainable parameters
 
 
 # The options an `optimizer` key takes; `raystream.optim.build_optimizer` accepts exactly these names.
 NAMES = ("adamw", "sgd", "orthogonal_adamw", "orthogonal_sgd", "slower_adamw")
 PROJECTIONS = ("global", "per_tensor", "dim0")
 ORTH_INITS = ("zero", "first_grad")
+COMPILED_PROJECTIONS = ("global", "per_tensor")  # the projections Orthogonal-AdamW's compiled step implements
 
 CHECKS = [
     one_of("name", NAMES),
@@ -68,8 +72,10 @@ CHECKS = [
     Check("min_lr_ratio", lambda v: 0 <= v <= 1, "a fraction of optimizer.lr in [0, 1]"),
     Check("grad_clip", lambda v: v >= 0, "a gradient-norm bound >= 0 (0 = no clipping)"),
     Check("no_decay_1d", lambda v: isinstance(v, bool), "true or false"),
-    Check("compile", lambda v: isinstance(v, bool), "true or false"),
-    Check("", lambda s: not s.compile or (s.name == "orthogonal_adamw" and s.projection in ("global", "per_tensor")),
+    Check("compile", lambda v: v is True or v is False or v == "auto", "true, false or auto"),
+    Check("compile_min_params", lambda v: v >= 0, "a number of trainable parameters >= 0 (compile: auto)"),
+    Check("", lambda s: s.compile is not True or (s.name == "orthogonal_adamw"
+                                                  and s.projection in COMPILED_PROJECTIONS),
           "compile: true only with name: orthogonal_adamw and projection: global or per_tensor (the compiled step "
           "is Orthogonal-AdamW's)"),
 ]

@@ -1,16 +1,21 @@
 """build_optimizer: the optimizer a run config names (`optimizer.name`, one of config.NAMES). The torch baselines
 are returned as torch builds them, so comparisons are against stock torch; only the optimizers of this package
 have a `diagnostics()` method.
+
+`compile_choice` resolves `optimizer.compile: auto` for Orthogonal-AdamW: the compiled step where it was measured
+faster and pays its compilation back (docs/optimizers.md: at least `compile_min_params` trainable fp32 parameters on a
+CPU), the eager multi-tensor step otherwise; the choice and its reason are printed once per process.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict
+import sys
+from typing import Callable, Dict, List, Set, Tuple
 
 import torch
 from torch.optim import Optimizer
 
-from raystream.optim.config import NAMES, OptimizerConfig
+from raystream.optim.config import COMPILED_PROJECTIONS, NAMES, OptimizerConfig
 from raystream.optim.orthogonal import OrthogonalAdamW
 from raystream.optim.sgd import OrthogonalSGD
 from raystream.optim.slower import SlowerAdamW
@@ -24,10 +29,59 @@ def _sgd(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
+AUTO_COMPILE_DEVICES = ("cpu",)  # where the compiled step was measured faster than the eager one
+_said: Set[str] = set()  # the compile=auto choices printed in this process
+
+
+def _tensors(params) -> List[torch.Tensor]:
+    """The parameter tensors of a list of tensors or of param-group dicts."""
+    return [p for item in params for p in (item["params"] if isinstance(item, dict) else [item])]
+
+
+def compile_choice(params, cfg: OptimizerConfig) -> Tuple[bool, str]:
+    """(whether Orthogonal-AdamW runs its compiled step, why) for `optimizer.compile`: true and false as given; auto
+    compiles at least `cfg.compile_min_params` trainable fp32/fp64 parameters on one CPU device, with a projection
+    that has a compiled step. `params` is a list of tensors or of param-group dicts (with lists of tensors)."""
+    if cfg.compile is True or cfg.compile is False:
+        return cfg.compile, f"optimizer.compile={str(cfg.compile).lower()}"
+    if cfg.compile != "auto":
+        raise ValueError(f"optimizer.compile = {cfg.compile!r}: expected true, false or auto")
+    tensors = [p for p in _tensors(params) if p.requires_grad]
+    n = sum(p.numel() for p in tensors)
+    devices = sorted({p.device.type for p in tensors})
+    dtypes = sorted({str(p.dtype) for p in tensors} - {"torch.float32", "torch.float64"})
+    if cfg.projection not in COMPILED_PROJECTIONS:
+        return False, f"projection={cfg.projection} has no compiled step"
+    if dtypes:
+        return False, f"the compiled step takes fp32/fp64 parameters, not {', '.join(dtypes)}"
+    if devices != list(AUTO_COMPILE_DEVICES):
+        return False, (f"parameters on {', '.join(devices) or 'no device'}: the compiled step was measured faster "
+                       f"on {', '.join(AUTO_COMPILE_DEVICES)} only (`raystream bench` times both on this device)")
+    if n < cfg.compile_min_params:
+        return False, f"{n:,} trainable parameters < optimizer.compile_min_params={cfg.compile_min_params}"
+    return True, (f"{n:,} trainable parameters >= optimizer.compile_min_params={cfg.compile_min_params}; "
+                  "torch.compile builds it at the second step, about a minute on a CPU")
+
+
+def _say_choice(compiled: bool, why: str) -> None:
+    """Print a compile=auto choice once per process (every Ray worker builds its optimizer)."""
+    how = "optimizer.compile=false turns it off" if compiled else "optimizer.compile=true forces the compiled one"
+    line = (f"raystream: optimizer.compile=auto: Orthogonal-AdamW runs its {'compiled' if compiled else 'eager'} "
+            f"step ({why}); {how}")
+    if line not in _said:
+        _said.add(line)
+        print(line, file=sys.stderr, flush=True)
+
+
 def _orthogonal_adamw(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
+    if not isinstance(params, torch.Tensor):  # a generator would be spent by compile_choice (torch rejects a Tensor)
+        params = [dict(x, params=list(x["params"])) if isinstance(x, dict) else x for x in params]
+    compiled, why = compile_choice(params, cfg)
+    if cfg.compile == "auto":
+        _say_choice(compiled, why)
     return OrthogonalAdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
                            orth_beta=cfg.orth_beta, projection=cfg.projection, orth_init=cfg.orth_init,
-                           diagnostics=diagnostics, compile=cfg.compile)
+                           diagnostics=diagnostics, compile=compiled)
 
 
 def _orthogonal_sgd(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:

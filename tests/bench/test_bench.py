@@ -66,7 +66,9 @@ def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
     # the optimizer step: the configured one and both AdamW baselines; the compiled one left out by the budget
     ms = r["optimizer_step_ms"]
     assert {"orthogonal_adamw", "adamw_foreach", "adamw_fused"} <= set(ms) and all(v > 0 for v in ms.values())
-    assert r["optimizer_configured"] == "orthogonal_adamw"
+    assert r["optimizer_configured"] == "orthogonal_adamw"  # compile: auto, a tiny model: the eager step
+    assert r["optimizer_compile_auto"].startswith("eager: ") and "optimizer.compile_min_params" in \
+        r["optimizer_compile_auto"]
     assert "time budget" in r["optimizer_step_skipped"]["orthogonal_adamw_compiled"]
     assert r["optimizer_compiled"] == {}  # whether a compiled optimizer ran compiled: none was timed
     assert r["peak_memory_gb"] > 0 and r["peak_memory_gb"] == pytest.approx(r["peak_memory_bytes"] / 2 ** 30)

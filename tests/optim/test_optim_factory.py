@@ -8,6 +8,7 @@ import torch
 
 from raystream.optim import OrthogonalAdamW, OrthogonalSGD, SlowerAdamW, build_optimizer
 from raystream.optim.config import NAMES, OptimizerConfig
+from raystream.optim.factory import compile_choice
 
 PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "sweeps" / "optimizer").glob("*.yaml"))
 
@@ -63,6 +64,44 @@ def test_every_declared_name_builds_and_only_this_package_has_diagnostics():
 
 def test_a_config_without_a_field_is_an_error_not_a_silent_default():
     """build_optimizer reads typed OptimizerConfig fields; it does not fill in defaults of its own."""
-    partial = SimpleNamespace(name="orthogonal_adamw", lr=0.1, weight_decay=0.0, betas=[0.9, 0.999], eps=1e-8)
+    partial = SimpleNamespace(name="orthogonal_adamw", lr=0.1, weight_decay=0.0, betas=[0.9, 0.999], eps=1e-8,
+                              compile=False)
     with pytest.raises(AttributeError, match="orth_beta"):
         build_optimizer([torch.nn.Parameter(torch.ones(3))], partial)
+
+
+def _groups(sizes, dtype=torch.float32):
+    return [{"params": [torch.nn.Parameter(torch.zeros(n, dtype=dtype)) for n in sizes], "weight_decay": 0.0}]
+
+
+def test_compile_auto_stays_eager_for_a_small_model_and_compiles_from_the_threshold_on(capsys):
+    """The choice only (building the optimizer compiles nothing: torch.compile runs at the second step)."""
+    small = build_optimizer(_groups([7, 5]), OptimizerConfig(compile="auto", compile_min_params=13))
+    large = build_optimizer(_groups([7, 6]), OptimizerConfig(compile="auto", compile_min_params=13))
+    again = build_optimizer(_groups([7, 6]), OptimizerConfig(compile="auto", compile_min_params=13))
+    assert (small.compile, large.compile, again.compile) == (False, True, True)
+    said = capsys.readouterr().err.splitlines()
+    assert said == [  # once per choice and process, with the reason and how to change it
+        "raystream: optimizer.compile=auto: Orthogonal-AdamW runs its eager step (12 trainable parameters < "
+        "optimizer.compile_min_params=13); optimizer.compile=true forces the compiled one",
+        "raystream: optimizer.compile=auto: Orthogonal-AdamW runs its compiled step (13 trainable parameters >= "
+        "optimizer.compile_min_params=13; torch.compile builds it at the second step, about a minute on a CPU); "
+        "optimizer.compile=false turns it off"]
+    assert OptimizerConfig().compile == "auto"  # the default
+
+
+@pytest.mark.parametrize("cfg, groups, expected", [
+    (OptimizerConfig(compile=True, compile_min_params=10 ** 9), _groups([3]), (True, "optimizer.compile=true")),
+    (OptimizerConfig(compile=False, compile_min_params=0), _groups([3]), (False, "optimizer.compile=false")),
+    (OptimizerConfig(projection="dim0", compile_min_params=0), _groups([3]),
+     (False, "projection=dim0 has no compiled step")),
+    (OptimizerConfig(compile_min_params=0), _groups([3], torch.bfloat16),
+     (False, "the compiled step takes fp32/fp64 parameters, not torch.bfloat16")),
+])
+def test_compile_true_and_false_are_kept_and_auto_stays_eager_where_there_is_no_compiled_step(cfg, groups, expected):
+    assert compile_choice(groups, cfg) == expected
+
+
+def test_a_bad_compile_value_names_the_key_and_the_accepted_values():
+    with pytest.raises(ValueError, match=r"optimizer.compile = 'maybe': expected true, false or auto"):
+        compile_choice(_groups([3]), OptimizerConfig(compile="maybe"))

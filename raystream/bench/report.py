@@ -9,7 +9,8 @@ count reaching 0.9x of from-memory, null when none did), decode_bound, decode_wo
 {count: {steps_per_s, over_memory}}, decode_workers_not_measured, decode_verdict; optimizer_step_ms {label: ms},
 optimizer_configured (with `optimizer.compile: auto`, the step auto chose), optimizer_compile_auto ("compiled: why"
 or "eager: why"; null when compile is true or false), optimizer_step_skipped {label: why}, optimizer_compiled
-{label: whether the compiled optimizer's steps ran compiled, e.g. "ran compiled (23 steps)" or "ran eagerly in 3 of 23 steps: <reason>"}; memory
+{label: whether the compiled optimizer's steps ran compiled, e.g. "ran compiled (23 steps)" or "ran eagerly in 3 of
+23 steps: <reason>"}; memory
 (raystream/bench/memory.py): peak_memory_gb (GiB) and peak_memory_bytes of the training phase (live steps and one
 checkpoint save, on the device), host_peak_memory_gb/_bytes (the host's; on CPU the same),
 correlation_peak_memory_gb/_bytes and correlation_host_peak_memory_gb/_bytes of the stream correlation before step 0

@@ -33,6 +33,11 @@ AUTO_COMPILE_DEVICES = ("cpu",)  # where the compiled step was measured faster t
 _said: Set[str] = set()  # the compile=auto choices printed in this process
 
 
+def _listed(params) -> List[torch.Tensor]:
+    """A param group's "params" as a list (torch also takes one tensor, or any iterable)."""
+    return [params] if isinstance(params, torch.Tensor) else list(params)
+
+
 def _tensors(params) -> List[torch.Tensor]:
     """The parameter tensors of a list of tensors or of param-group dicts."""
     return [p for item in params for p in (item["params"] if isinstance(item, dict) else [item])]
@@ -75,7 +80,7 @@ def _say_choice(compiled: bool, why: str) -> None:
 
 def _orthogonal_adamw(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
     if not isinstance(params, torch.Tensor):  # a generator would be spent by compile_choice (torch rejects a Tensor)
-        params = [dict(x, params=list(x["params"])) if isinstance(x, dict) else x for x in params]
+        params = [dict(x, params=_listed(x["params"])) if isinstance(x, dict) else x for x in params]
     compiled, why = compile_choice(params, cfg)
     if cfg.compile == "auto":
         _say_choice(compiled, why)

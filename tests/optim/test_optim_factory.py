@@ -88,6 +88,8 @@ def test_compile_auto_stays_eager_for_a_small_model_and_compiles_from_the_thresh
         "optimizer.compile_min_params=13; torch.compile builds it at the second step, about a minute on a CPU); "
         "optimizer.compile=false turns it off"]
     assert OptimizerConfig().compile == "auto"  # the default
+    from_generator = build_optimizer(torch.nn.Linear(3, 2).parameters(), OptimizerConfig())  # counted, then built
+    assert [p.shape for p in from_generator.param_groups[0]["params"]] == [(2, 3), (2,)]
 
 
 @pytest.mark.parametrize("cfg, groups, expected", [

@@ -69,10 +69,12 @@ def compile_choice(params, cfg: OptimizerConfig) -> Tuple[bool, str]:
 
 
 def _say_choice(compiled: bool, why: str) -> None:
-    """Print a compile=auto choice once per process (every Ray worker builds its optimizer)."""
-    how = "optimizer.compile=false turns it off" if compiled else "optimizer.compile=true forces the compiled one"
-    line = (f"raystream: optimizer.compile=auto: Orthogonal-AdamW runs its {'compiled' if compiled else 'eager'} "
-            f"step ({why}); {how}")
+    """Print auto's choice of the compiled step once per process (every Ray worker builds its optimizer): it costs a
+    compilation at the second step. The eager step, the small models' default, goes unsaid (a quiet terminal)."""
+    if not compiled:
+        return
+    line = (f"raystream: optimizer.compile=auto: Orthogonal-AdamW runs its compiled step ({why}); "
+            "optimizer.compile=false turns it off")
     if line not in _said:
         _said.add(line)
         print(line, file=sys.stderr, flush=True)

@@ -109,7 +109,7 @@ class Trainee:
         model.train()
         groups = param_groups(model, cfg.optimizer)
         params = [p for group in groups for p in group["params"]]
-        optimizer = build_optimizer(groups, cfg.optimizer, diagnostics=True)
+        optimizer = build_optimizer(groups, cfg.optimizer, diagnostics=True, total_steps=total_steps)
         cosines = optimizer if hasattr(optimizer, "diagnostics") else GradCosineTracker(params)
         return cls(cfg=cfg, device=device, scenario=scenario, model=model, groups=groups, params=params,
                    optimizer=optimizer, cosines=cosines, schedules=Schedules(cfg.optimizer, total_steps),

@@ -26,8 +26,8 @@ class OptimizerConfig:
 
     `compile` (orthogonal_adamw only) picks the step: `auto` (default) runs the torch.compile'd step (projection, EMA
     and AdamW fused, raystream/optim/compiled.py) for models of at least `compile_min_params` trainable fp32
-    parameters on a CPU, where it was measured faster once its compilation (about a minute at the run's second step)
-    is paid back, and the eager multi-tensor step otherwise; `true` / `false` force one (true needs a C++ compiler on
+    parameters on a CPU in runs of at least `compile_min_steps` steps, where it was measured faster once its
+    compilation (about a minute at the run's second step) is paid back, and the eager multi-tensor step otherwise; `true` / `false` force one (true needs a C++ compiler on
     CPU or Triton on GPU, fp32 parameters and the global or per_tensor projection). The rule and its figures:
     docs/optimizers.md.
     """
@@ -48,6 +48,7 @@ class OptimizerConfig:
     grad_clip: float = 0.0  # 0 disables clipping
     compile: Any = "auto"  # orthogonal_adamw: true | false | auto (raystream/optim/factory.py: compile_choice)
     compile_min_params: int = 20_000_000  # compile=auto: the compiled step from this many trainable parameters
+    compile_min_steps: int = 3000  # ... and for runs of at least this many steps (a shorter one pays no compile back)
 
 
 # The options an `optimizer` key takes; `raystream.optim.build_optimizer` accepts exactly these names.
@@ -74,6 +75,7 @@ CHECKS = [
     Check("no_decay_1d", lambda v: isinstance(v, bool), "true or false"),
     Check("compile", lambda v: v is True or v is False or v == "auto", "true, false or auto"),
     Check("compile_min_params", lambda v: v >= 0, "a number of trainable parameters >= 0 (compile: auto)"),
+    Check("compile_min_steps", lambda v: v >= 0, "a number of optimizer steps >= 0 (compile: auto)"),
     Check("", lambda s: s.compile is not True or (s.name == "orthogonal_adamw"
                                                   and s.projection in COMPILED_PROJECTIONS),
           "compile: true only with name: orthogonal_adamw and projection: global or per_tensor (the compiled step "

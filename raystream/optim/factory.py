@@ -10,7 +10,7 @@ CPU), the eager multi-tensor step otherwise; the choice and its reason are print
 from __future__ import annotations
 
 import sys
-from typing import Callable, Dict, List, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 from torch.optim import Optimizer
@@ -21,11 +21,11 @@ from raystream.optim.sgd import OrthogonalSGD
 from raystream.optim.slower import SlowerAdamW
 
 
-def _adamw(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
+def _adamw(params, cfg: OptimizerConfig, diagnostics: bool, total_steps: Optional[int]) -> Optimizer:
     return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
 
 
-def _sgd(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
+def _sgd(params, cfg: OptimizerConfig, diagnostics: bool, total_steps: Optional[int]) -> Optimizer:
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
@@ -43,10 +43,12 @@ def _tensors(params) -> List[torch.Tensor]:
     return [p for item in params for p in (item["params"] if isinstance(item, dict) else [item])]
 
 
-def compile_choice(params, cfg: OptimizerConfig) -> Tuple[bool, str]:
+def compile_choice(params, cfg: OptimizerConfig, total_steps: Optional[int] = None) -> Tuple[bool, str]:
     """(whether Orthogonal-AdamW runs its compiled step, why) for `optimizer.compile`: true and false as given; auto
     compiles at least `cfg.compile_min_params` trainable fp32/fp64 parameters on one CPU device, with a projection
-    that has a compiled step. `params` is a list of tensors or of param-group dicts (with lists of tensors)."""
+    that has a compiled step, in a run of at least `cfg.compile_min_steps` steps (`total_steps`; None: a run of
+    unknown length, counted as long). `params` is a list of tensors or of param-group dicts (with lists of
+    tensors)."""
     if cfg.compile is True or cfg.compile is False:
         return cfg.compile, f"optimizer.compile={str(cfg.compile).lower()}"
     if cfg.compile != "auto":
@@ -64,6 +66,9 @@ def compile_choice(params, cfg: OptimizerConfig) -> Tuple[bool, str]:
                        f"on {', '.join(AUTO_COMPILE_DEVICES)} only (`raystream bench` times both on this device)")
     if n < cfg.compile_min_params:
         return False, f"{n:,} trainable parameters < optimizer.compile_min_params={cfg.compile_min_params}"
+    if total_steps is not None and total_steps < cfg.compile_min_steps:
+        return False, (f"a run of {total_steps:,} steps < optimizer.compile_min_steps={cfg.compile_min_steps}: "
+                       "the compilation would not be paid back")
     return True, (f"{n:,} trainable parameters >= optimizer.compile_min_params={cfg.compile_min_params}; "
                   "torch.compile builds it at the second step, about a minute on a CPU")
 
@@ -80,10 +85,10 @@ def _say_choice(compiled: bool, why: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def _orthogonal_adamw(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
+def _orthogonal_adamw(params, cfg: OptimizerConfig, diagnostics: bool, total_steps: Optional[int]) -> Optimizer:
     if not isinstance(params, torch.Tensor):  # a generator would be spent by compile_choice (torch rejects a Tensor)
         params = [dict(x, params=_listed(x["params"])) if isinstance(x, dict) else x for x in params]
-    compiled, why = compile_choice(params, cfg)
+    compiled, why = compile_choice(params, cfg, total_steps)
     if cfg.compile == "auto":
         _say_choice(compiled, why)
     return OrthogonalAdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
@@ -91,13 +96,13 @@ def _orthogonal_adamw(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimi
                            diagnostics=diagnostics, compile=compiled)
 
 
-def _orthogonal_sgd(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
+def _orthogonal_sgd(params, cfg: OptimizerConfig, diagnostics: bool, total_steps: Optional[int]) -> Optimizer:
     return OrthogonalSGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
                          orth_beta=cfg.orth_beta, projection=cfg.projection, orth_init=cfg.orth_init,
                          diagnostics=diagnostics)
 
 
-def _slower_adamw(params, cfg: OptimizerConfig, diagnostics: bool) -> Optimizer:
+def _slower_adamw(params, cfg: OptimizerConfig, diagnostics: bool, total_steps: Optional[int]) -> Optimizer:
     return SlowerAdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
                        diagnostics=diagnostics)
 
@@ -107,11 +112,13 @@ BUILDERS: Dict[str, Callable[..., Optimizer]] = dict(zip(NAMES, (_adamw, _sgd, _
                                                                   _slower_adamw), strict=True))
 
 
-def build_optimizer(params, cfg: OptimizerConfig, diagnostics: bool = False) -> Optimizer:
+def build_optimizer(params, cfg: OptimizerConfig, diagnostics: bool = False,
+                    total_steps: Optional[int] = None) -> Optimizer:
     """`params`: parameters or param-group dicts; `cfg`: the `optimizer` section (OptimizerConfig, or the structured
     DictConfig of one). `diagnostics` applies to the orthogonal and slower optimizers (plain torch ones have no
-    `diagnostics()`: use GradCosineTracker)."""
+    `diagnostics()`: use GradCosineTracker). `total_steps`: the run's length, which `compile: auto` weighs (None:
+    unknown, counted as long)."""
     build = BUILDERS.get(cfg.name)
     if build is None:
         raise ValueError(f"optimizer.name = {cfg.name!r}: expected one of {', '.join(NAMES)}")
-    return build(params, cfg, diagnostics)
+    return build(params, cfg, diagnostics, total_steps)

@@ -133,7 +133,7 @@ class Worker:
         net = unwrap(model)
         groups = param_groups(net, cfg.optimizer)
         params = [p for group in groups for p in group["params"]]
-        optimizer = build_optimizer(groups, cfg.optimizer, diagnostics=True)
+        optimizer = build_optimizer(groups, cfg.optimizer, diagnostics=True, total_steps=total)
         # Optimizers with their own diagnostics (the orthogonal and slower ones) compute grad_cos_prev inside their
         # step, on every rank; for plain torch ones rank 0 tracks it.
         cosines = optimizer if hasattr(optimizer, "diagnostics") else (

@@ -95,11 +95,13 @@ def test_compile_auto_stays_eager_for_a_small_model_and_compiles_from_the_thresh
     (OptimizerConfig(compile=False, compile_min_params=0), _groups([3]), (False, "optimizer.compile=false")),
     (OptimizerConfig(projection="dim0", compile_min_params=0), _groups([3]),
      (False, "projection=dim0 has no compiled step")),
+    (OptimizerConfig(compile_min_params=0, compile_min_steps=100), _groups([3]),
+     (False, "a run of 99 steps < optimizer.compile_min_steps=100: the compilation would not be paid back")),
     (OptimizerConfig(compile_min_params=0), _groups([3], torch.bfloat16),
      (False, "the compiled step takes fp32/fp64 parameters, not torch.bfloat16")),
 ])
 def test_compile_true_and_false_are_kept_and_auto_stays_eager_where_there_is_no_compiled_step(cfg, groups, expected):
-    assert compile_choice(groups, cfg) == expected
+    assert compile_choice(groups, cfg, total_steps=99) == expected
 
 
 def test_a_bad_compile_value_names_the_key_and_the_accepted_values():

@@ -1,5 +1,6 @@
 """Fixtures shared across test folders: one torch thread per test (the CI machine has 2 shared cores and the
-models are tiny), and one local Ray cluster (2 CPUs) for every Ray test of the session."""
+models are tiny), and one local Ray cluster (2 CPUs) for every Ray test of the session; and the two queues the
+suite runs in under pytest-xdist (`make test`: `-n 2 --dist loadgroup`)."""
 
 import os
 
@@ -16,6 +17,23 @@ def pytest_configure(config):
     # The Train controller polls its workers every 2 s by default; tiny test runs finish faster at 0.25 s. Set for
     # the whole session, so the `raystream` subprocesses of the end-to-end tests poll as fast as in-process runs.
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+
+
+# Modules whose tests start clusters of their own (subprocess `raystream` drivers, fake autoscaling nodes, the Ray
+# job server); the other Ray modules share the session's `ray_cluster`.
+OWN_CLUSTERS = ("e2e", "cluster")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Two queues for `-n 2 --dist loadgroup`: every module with a Ray test (one using `ray_cluster`, or marked slow)
+    runs whole, in order, in one of two groups, so its module fixtures are made once and one worker holds one
+    session cluster; the e2e and cluster modules form the other group; the unit tests fill in on both workers.
+    Without xdist the groups change nothing."""
+    ray_modules = {item.path for item in items if "ray_cluster" in item.fixturenames or item.get_closest_marker("slow")}
+    for item in items:
+        if item.path in ray_modules:
+            group = "own-clusters" if item.path.parent.name in OWN_CLUSTERS else "session-cluster"
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)

@@ -33,10 +33,10 @@ demo: install
 	$(BIN)/raystream sweep
 
 test: install-dev
-	$(BIN)/python -m pytest tests -n 2 --dist loadgroup --durations=25
+	$(BIN)/python -m pytest tests -n 2 --durations=25
 
 test-fast: install-dev
-	$(BIN)/python -m pytest tests -n 2 --dist loadgroup -m "not slow"
+	$(BIN)/python -m pytest tests -n 2 -m "not slow"
 
 # Everything raystream writes under the working directory (docs/operations.md, "Files and services"), the venv and pip's egg-info.
 clean:

@@ -1,8 +1,12 @@
 """Fixtures shared across test folders: one torch thread per test (the CI machine has 2 shared cores and the
 models are tiny), and one local Ray cluster (2 CPUs) for every Ray test of the session; and the two queues the
-suite runs in under pytest-xdist (`make test`: `-n 2 --dist loadgroup`)."""
+suite runs in under pytest-xdist (`make test`: `-n 2`)."""
 
+import functools
 import os
+import re
+from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -19,21 +23,47 @@ def pytest_configure(config):
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
 
 
-# Modules whose tests start clusters of their own (subprocess `raystream` drivers, fake autoscaling nodes, the Ray
-# job server); the other Ray modules share the session's `ray_cluster`.
+# The suite runs on 2 xdist workers (`make test`: `-n 2`) in two long queues and the unit tests around them: the Ray
+# modules (those naming the `ray_cluster` fixture or the slow mark) run whole, in collection order, in one of two
+# queues, so that each module's fixtures are made once and two Ray runs of one queue never overlap; the e2e and
+# cluster modules, which start clusters of their own, form the first queue, the modules on the session's cluster the
+# second, and every other module is a unit of its own that either worker takes when free.
 OWN_CLUSTERS = ("e2e", "cluster")
+RAY_MODULE = re.compile(r"ray_cluster|mark\.slow")
+QUEUES = ("own-clusters", "session-cluster")
 
 
+@functools.lru_cache(maxsize=None)
+def queue_of(module: str) -> Optional[str]:
+    """The queue of a test module (its path), or None for a module of unit tests."""
+    path = Path(module)
+    if not RAY_MODULE.search(path.read_text()):
+        return None
+    return QUEUES[0] if path.parent.name in OWN_CLUSTERS else QUEUES[1]
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Two queues for `-n 2 --dist loadgroup`: every module with a Ray test (one using `ray_cluster`, or marked slow)
-    runs whole, in order, in one of two groups, so its module fixtures are made once and one worker holds one
-    session cluster; the e2e and cluster modules form the other group; the unit tests fill in on both workers.
-    Without xdist the groups change nothing."""
-    ray_modules = {item.path for item in items if "ray_cluster" in item.fixturenames or item.get_closest_marker("slow")}
-    for item in items:
-        if item.path in ray_modules:
-            group = "own-clusters" if item.path.parent.name in OWN_CLUSTERS else "session-cluster"
-            item.add_marker(pytest.mark.xdist_group(group))
+    """The queues' modules first, the first queue's before the second's (a stable sort: each keeps its order), so
+    that xdist hands one queue to each worker before any unit of tests."""
+    rank = {QUEUES[0]: 0, QUEUES[1]: 1, None: 2}
+    items.sort(key=lambda item: rank[queue_of(str(item.path))])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's load-by-scope scheduling with the queues above as scopes (its own `xdist_group` mark does not group
+    under pytest 9, whose node ids it can no longer rewrite)."""
+    from xdist.scheduler import LoadScopeScheduling  # only under xdist, which may not be installed
+
+    config.option.loadscopereorder = False  # the collection's order (the queues first), not the largest unit first
+
+    class Queues(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return queue_of(str(config.rootpath / module)) or module
+
+    return Queues(config, log)
 
 
 @pytest.fixture(autouse=True)

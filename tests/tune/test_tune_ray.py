@@ -14,6 +14,7 @@ from mlflow import MlflowClient
 from ray.util.placement_group import placement_group_table
 
 import tune_tiny_fit
+from raystream.cli import sweep_summary
 from raystream.config import compose
 from raystream.tune.sweep import run_sweep
 
@@ -97,6 +98,34 @@ def test_a_local_ray_started_by_raystream_advertises_loopback_only(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     gcs, node = out.stdout.split()[-2:]
     assert gcs.startswith("127.0.0.1:") and node == "127.0.0.1", out.stdout
+
+
+STOPPED = """name: tiny_stopped
+grid:
+  optimizer.name: [adamw, orthogonal_adamw, slower_adamw]
+max_concurrent_trials: 1
+"""
+
+
+def test_a_sigterm_as_a_trial_ends_leaves_the_sweep_interrupted_not_finished(local_ray, sweeps_dir, mlflow_uri,
+                                                                             tmp_path, monkeypatch):
+    """A job scheduler's SIGTERM reaches an in-process sweep's driver as its first trial's function returns: the
+    sweep did not run its plan, so it ends KILLED, with exit 143 and resumable (whether Tune counts that trial cut
+    short, or ended with the next not yet made: test_tune_sweep_records.py)."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    sweeps_dir("tiny_stopped", STOPPED)
+    storage = tmp_path / "raystream_results"
+    storage.mkdir()
+    (storage / tune_tiny_fit.DRIVER_PID).write_text(str(os.getpid()))
+    cfg = compose(["sweep=tiny_stopped"])
+    outcome = run_sweep(cfg, ["sweep=tiny_stopped"], fit=tune_tiny_fit.fit_then_sigterm_the_driver, verbose=0)
+
+    assert outcome.signal == "SIGTERM" and outcome.interrupted, outcome
+    assert sweep_summary(outcome) == 143
+    parent = MlflowClient(mlflow_uri).get_run(outcome.parent_run_id)
+    assert parent.info.status == "KILLED" and "SIGTERM" in parent.data.tags["raystream.error"]
 
 
 FAILING = """name: tiny_fail

@@ -18,7 +18,7 @@ from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import plan
 from raystream.train import storage
 from raystream.tracking.parent import ParentClose
-from raystream.tune.sweep import TrialOutcome, _outcome, parent_run
+from raystream.tune.sweep import TrialOutcome, _outcome, parent_run, sweep_status
 from raystream.tune.trial import record_failed_trial, trial_tags
 
 
@@ -114,3 +114,14 @@ def test_a_sweep_whose_tuner_fails_ends_its_parent_failed_with_the_error(tmp_pat
     assert closing.end("FAILED", failure="TuneError: experiment state is corrupt") is None
     run = client.get_run(parent)
     assert run.info.status == "FAILED" and run.data.tags[names.ERROR_TAG] == "TuneError: experiment state is corrupt"
+
+
+def test_a_signal_before_every_planned_trial_was_made_leaves_the_sweep_killed():
+    """A SIGTERM just as a trial ends, before Tune makes the next one: every made trial ended, but the plan was not run
+    (an e2e run once reported such a sweep FINISHED, exit 0, with 1 of 4 trials)."""
+    done = [TrialOutcome("t1", {}, {}, "finished")]
+    assert sweep_status(done, planned=4, signalled=True) == ("KILLED", True)
+    assert sweep_status(done, planned=4, signalled=False) == ("FINISHED", False)  # no signal: Tune chose to stop
+    assert sweep_status(done * 4, planned=4, signalled=True) == ("FINISHED", False)  # the signal came after the end
+    assert sweep_status([TrialOutcome("t1", {}, {}, "unfinished")], planned=1, signalled=True) == ("KILLED", False)
+    assert sweep_status([TrialOutcome("t1", {}, {}, "failed")], planned=1, signalled=False) == ("FAILED", False)

@@ -106,6 +106,22 @@ def fit_failing_before_its_run(cfg, *, run_name=None, callbacks=None, mlflow_par
     return {"loss": 1.0, "mlflow_run_id": rid}
 
 
+DRIVER_PID = "driver.pid"  # in trainer.storage_path: the sweep's driver, which fit_then_sigterm_the_driver stops
+
+
+def fit_then_sigterm_the_driver(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow_tags=None):
+    """A trial that finishes at once (its FINISHED child run, no Ray Train run) and, as it returns, sends SIGTERM to
+    the sweep's driver (a job scheduler's stop arriving just as a trial ends, before Tune makes the next one)."""
+    import os
+    import signal
+    from pathlib import Path
+
+    out = fit_failing_before_its_run(cfg, run_name=run_name, mlflow_parent_run_id=mlflow_parent_run_id,
+                                     mlflow_tags=mlflow_tags)
+    os.kill(int((Path(cfg.trainer.storage_path) / DRIVER_PID).read_text()), signal.SIGTERM)
+    return out
+
+
 OUTAGE_READY, OUTAGE_GO = "outage-ready", "outage-go"  # files in trainer.storage_path: the test's two signals
 
 

@@ -47,7 +47,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import optuna
 from omegaconf import DictConfig, OmegaConf
@@ -107,7 +107,7 @@ class SweepOutcome:
     unsent: Optional[str] = None  # the store did not answer at the end: the sweep's record, which MLflow lacks
     tracking_error: str = ""
     signal: str = "SIGINT"  # what interrupted it (SIGTERM: a job scheduler, `timeout`), when it was interrupted
-    stopped_early: bool = False  # a signal ended it before Tune had made every planned trial
+    status: str = "FINISHED"  # its parent run's end (sweep_status): KILLED when interrupted
 
     @property
     def failed(self) -> List[TrialOutcome]:
@@ -116,21 +116,18 @@ class SweepOutcome:
     @property
     def interrupted(self) -> bool:
         """Ctrl+C (or SIGTERM) stopped the sweep before every trial ended, or before every planned trial was made
-        (Tune makes trials as slots free up: one ended just before the signal, the next not yet made); running it
-        again resumes it."""
-        return self.stopped_early or any(t.status == "unfinished" for t in self.trials)
+        (sweep_status); running it again resumes it."""
+        return self.status == "KILLED"
 
 
 
-def sweep_status(trials: List[TrialOutcome], planned: int, signalled: bool) -> Tuple[str, bool]:
-    """(the parent run's status, whether a signal stopped the sweep before Tune made every planned trial): KILLED when
-    a trial was cut short or a signal came before the plan was made (Tune makes trials as slots free up, so a signal
-    just after one ends leaves the next unmade and every made one ended), else FINISHED when a trial finished, else
-    FAILED."""
-    stopped_early = signalled and len(trials) < planned
-    if stopped_early or any(t.status == "unfinished" for t in trials):
-        return "KILLED", stopped_early
-    return ("FINISHED" if any(t.status == "finished" for t in trials) else "FAILED"), stopped_early
+def sweep_status(trials: List[TrialOutcome], planned: int, signalled: bool) -> str:
+    """The parent run's status: KILLED when a trial was cut short or a signal came before every planned trial was
+    made (Tune makes trials as slots free up, so a signal just after one ends leaves the next unmade and every made
+    one ended), else FINISHED when a trial finished, else FAILED."""
+    if any(t.status == "unfinished" for t in trials) or (signalled and len(trials) < planned):
+        return "KILLED"
+    return "FINISHED" if any(t.status == "finished" for t in trials) else "FAILED"
 
 
 def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[Callable] = None,
@@ -208,7 +205,7 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
             raise
         saved = _saved_trials(path.uri)
         trials = [_outcome(r, the_plan, saved) for r in grid]
-        status, stopped_early = sweep_status(trials, the_plan.num_trials, signalled=bool(received))
+        status = sweep_status(trials, the_plan.num_trials, signalled=bool(received))
         evals = sorted({k for t in trials for k in t.metrics if k.startswith(names.EVAL_PREFIX)})
         error = closing.end(status, received.get("signal", "SIGINT"), trials=trials,
                             view=view_columns(the_plan, [str(cfg.sweep.metric), *evals]))
@@ -217,7 +214,7 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
     return SweepOutcome(run_name=run_name, path=path.uri, parent_run_id=parent, tracking_uri=uri,
                         experiment=experiment, resumed=resumed, trials=trials, seconds=time.time() - started,
                         experiment_id=parent_info.experiment_id, unsent=closing.saved, tracking_error=error or "",
-                        signal=received.get("signal", "SIGINT"), stopped_early=stopped_early)
+                        signal=received.get("signal", "SIGINT"), status=status)
 
 
 

@@ -120,8 +120,8 @@ def test_a_signal_before_every_planned_trial_was_made_leaves_the_sweep_killed():
     """A SIGTERM just as a trial ends, before Tune makes the next one: every made trial ended, but the plan was not run
     (an e2e run once reported such a sweep FINISHED, exit 0, with 1 of 4 trials)."""
     done = [TrialOutcome("t1", {}, {}, "finished")]
-    assert sweep_status(done, planned=4, signalled=True) == ("KILLED", True)
-    assert sweep_status(done, planned=4, signalled=False) == ("FINISHED", False)  # no signal: Tune chose to stop
-    assert sweep_status(done * 4, planned=4, signalled=True) == ("FINISHED", False)  # the signal came after the end
-    assert sweep_status([TrialOutcome("t1", {}, {}, "unfinished")], planned=1, signalled=True) == ("KILLED", False)
-    assert sweep_status([TrialOutcome("t1", {}, {}, "failed")], planned=1, signalled=False) == ("FAILED", False)
+    assert sweep_status(done, planned=4, signalled=True) == "KILLED"
+    assert sweep_status(done, planned=4, signalled=False) == "FINISHED"  # no signal: Tune chose to stop
+    assert sweep_status(done * 4, planned=4, signalled=True) == "FINISHED"  # the signal came after the end
+    assert sweep_status([TrialOutcome("t1", {}, {}, "unfinished")], planned=1, signalled=True) == "KILLED"
+    assert sweep_status([TrialOutcome("t1", {}, {}, "failed")], planned=1, signalled=False) == "FAILED"

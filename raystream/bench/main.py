@@ -32,6 +32,7 @@ from raystream.data import DataError
 from raystream.data.decode.workers import available_cores, default_decode_workers
 from raystream.optim.factory import compile_choice
 
+RUN_STEPS = 10 ** 6  # the run bench's trainee stands for: a long one (its schedules; what compile=auto weighs)
 WARMUP = 3  # untimed steps before each timing (the compiled optimizer step compiles in the second)
 COMPILE_BUDGET_S = {"cpu": 600.0, "cuda": 240.0}  # --compile auto compiles when the time budget is at least this
 
@@ -57,7 +58,7 @@ def resolve_auto_compile(cfg, trainee: Trainee) -> Tuple[Any, Optional[str]]:
     configured row times the default path, not a third variant), and which it is and why (None without auto)."""
     if cfg.optimizer.compile != "auto" or not compile_applies(cfg.optimizer):
         return cfg, None
-    compiled, why = compile_choice(trainee.groups, cfg.optimizer)
+    compiled, why = compile_choice(trainee.groups, cfg.optimizer, RUN_STEPS)
     return OmegaConf.merge(cfg, {"optimizer": {"compile": compiled}}), f"{'compiled' if compiled else 'eager'}: {why}"
 
 
@@ -80,7 +81,7 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
     budget = Budget(time_budget)
     dev = resolve_device(device)
     meter = memory.PeakMemory(dev, memory.rss())
-    trainee = Trainee.build(cfg, dev, total_steps=10 ** 6)
+    trainee = Trainee.build(cfg, dev, total_steps=RUN_STEPS)
     cfg, auto = resolve_auto_compile(cfg, trainee)
     result = _setting(cfg, trainee, dev, overrides)
     result["optimizer_compile_auto"] = auto

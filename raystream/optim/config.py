@@ -27,9 +27,9 @@ class OptimizerConfig:
     `compile` (orthogonal_adamw only) picks the step: `auto` (default) runs the torch.compile'd step (projection, EMA
     and AdamW fused, raystream/optim/compiled.py) for models of at least `compile_min_params` trainable fp32
     parameters on a CPU in runs of at least `compile_min_steps` steps, where it was measured faster once its
-    compilation (about a minute at the run's second step) is paid back, and the eager multi-tensor step otherwise; `true` / `false` force one (true needs a C++ compiler on
-    CPU or Triton on GPU, fp32 parameters and the global or per_tensor projection). The rule and its figures:
-    docs/optimizers.md.
+    compilation (about a minute at the run's second step) is paid back, and the eager multi-tensor step otherwise;
+    `true` / `false` force one (true needs a C++ compiler on CPU or Triton on GPU, fp32 parameters and the global or
+    per_tensor projection). The rule and its figures: docs/optimizers.md.
     """
 
     name: str = "orthogonal_adamw"

@@ -4,7 +4,8 @@ have a `diagnostics()` method.
 
 `compile_choice` resolves `optimizer.compile: auto` for Orthogonal-AdamW: the compiled step where it was measured
 faster and pays its compilation back (docs/optimizers.md: at least `compile_min_params` trainable fp32 parameters on a
-CPU), the eager multi-tensor step otherwise; the choice and its reason are printed once per process.
+CPU, in a run of at least `compile_min_steps` steps), the eager multi-tensor step otherwise; a compiled choice is
+printed once per process, with its reason.
 """
 
 from __future__ import annotations

@@ -81,10 +81,14 @@ def ray_cluster():
     with the load average; it is not retried."""
     import ray
 
+    from raystream.train.ray_start import start_local_ray
+
     started = not ray.is_initialized()
     if started:
         try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
+            # raystream's local start: the cluster's Train placement-group cleaners never ask another cluster's
+            # dashboard (the e2e and cluster tests start clusters beside this one) whether a run is alive
+            start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=True)
         except Exception as exc:
             if not (isinstance(exc, TimeoutError) or any(w in str(exc).lower() for w in ("timed out", "timeout"))):
                 raise

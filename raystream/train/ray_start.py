@@ -1,6 +1,7 @@
 """Starting or joining Ray on the driver, the same way for `raystream train` and `raystream sweep`.
 
 `RAY_ADDRESS` set (or Ray already initialised): join that cluster as it is. Otherwise a local cluster is started
+(never one found through Ray's `/tmp/ray/ray_current_cluster`, which names the last `ray start` of the host)
 whose node address is the loopback interface, so the GCS address and the node Ray advertises are local only; the
 dashboard keeps Ray's default host, 127.0.0.1. Ray turns `ray.init(_node_ip_address="127.0.0.1")` into the host's
 address; what it does honour is its single-machine mode, `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` (the default on
@@ -17,11 +18,19 @@ the raylet's worker-count warnings; the TrainController's "Failed to send resour
 from the forwarded output; they stay in Ray's logs
 under /tmp/ray. This wraps Ray's private log dispatcher (`ray._private.ray_logging`); where a Ray version lacks
 it, nothing is filtered.
+
+A local cluster's processes are told where its own dashboard is (`RAY_API_SERVER_ADDRESS`, set before the
+cluster starts, so its raylet and workers inherit it). Ray's State API client otherwise finds "the" cluster of the
+host: with several Ray instances it takes the last `ray start`'s, and with one it takes whatever answers on the
+recorded dashboard port. Ray Train's `PlacementGroupCleaner` asks that API whether the run's controller is alive
+and, when another cluster's dashboard says it does not know the controller, removes the placement group of a live
+run: the run dies with `ActorDiedError` the moment a neighbour cluster starts (`start_local_ray`).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any, Dict, Optional
 
 # Forwarded worker output that is Ray's internal noise: whole batches of these actors, and lines with these marks.
@@ -34,6 +43,7 @@ _CHAIN = ("Traceback (most recent call last)", "During handling of the above exc
 
 
 SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # Ray's flag: "0" = node address 127.0.0.1
+API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"  # Ray's: the dashboard its State API client asks, before any discovery
 
 
 def loopback_only() -> None:
@@ -52,8 +62,25 @@ def start_ray() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
     else:
-        ray.init()
+        start_local_ray()
     _filter_forwarded_output()
+
+
+def start_local_ray(**init_kwargs: Any) -> None:
+    """Start a new local Ray (`ray.init(address="local", **init_kwargs)`) whose processes query its own dashboard's
+    State API, on a free loopback port, whether or not `include_dashboard=False` leaves that port closed (then
+    Ray Train's cleaner finds nothing to ask and leaves the run alone). This process keeps the setting."""
+    import ray  # lazy, as in start_ray
+
+    port = _free_loopback_port()
+    os.environ[API_SERVER_ENV] = f"http://127.0.0.1:{port}"
+    ray.init(address="local", dashboard_port=port, **init_kwargs)
+
+
+def _free_loopback_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def without_ray_noise(data: Dict[str, Any]) -> Optional[Dict[str, Any]]:

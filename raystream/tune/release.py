@@ -3,8 +3,9 @@
 When ASHA stops a trial, Tune kills the trial's driver actor. Ray Train's controller and workers die with it, but
 their placement group does not: placement groups live as long as the *job*. Ray Train V2 starts a detached
 `PlacementGroupCleaner` for this, which asks the State API whether the controller is alive; with no dashboard
-(`ray.init(include_dashboard=False)`) or several Ray instances on one host it cannot, the CPUs stay reserved and
-the next trials wait forever. So raystream records each Train run's placement group (`RecordPlacementGroup`, a
+(`ray.init(include_dashboard=False)`, or a joined cluster's dashboard that this host cannot reach) it cannot, the
+CPUs stay reserved and the next trials wait forever (raystream/train/ray_start.py: where a local cluster's
+cleaner asks). So raystream records each Train run's placement group (`RecordPlacementGroup`, a
 Train callback running in the controller) in Ray's internal KV under the trial id, and the sweep driver's
 `ReleaseStoppedTrials` (a Tune callback) removes whatever a finished, stopped or failed trial left behind.
 A run that ended normally has already removed its group: then this does nothing.

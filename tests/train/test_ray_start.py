@@ -1,0 +1,64 @@
+"""A run on the local Ray that `raystream train` starts survives another Ray cluster starting on the same host.
+
+Ray Train's `PlacementGroupCleaner` asks Ray's State API whether the run's controller is alive. Without
+raystream/train/ray_start.py's `start_local_ray`, the local cluster's processes find that API through the host's
+last `ray start` (`ray_current_cluster` in Ray's temp dir): the neighbour's dashboard does not know the controller,
+and the cleaner removes the placement group of a live run (CI saw the same through a neighbour's dashboard on the
+port the session cluster had recorded). Both Ray instances here use a temp dir of their own (`RAY_TMPDIR`), so the
+host's /tmp/ray, which other tests' clusters read, is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from cli_driver import train_process, wait_for
+from local_cloud import BIN, free_port, spawn, stop, up
+
+pytestmark = pytest.mark.slow  # a CLI run on its own local cluster, and a second cluster beside it
+
+NEIGHBOUR_WATCH_S = 6.0  # Ray's cleaner asks about the controller about once a second: six chances to get it wrong
+
+
+def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path):
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths live under it
+    paused = tmp_path / "paused"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_"))}
+    env.update(RAY_TMPDIR=str(ray_tmp), RAY_USAGE_STATS_ENABLED="0")
+    run_env = dict(env, RAYSTREAM_PAUSE_AT_STEP="2", RAYSTREAM_PAUSE_FILE=str(paused))
+    overrides = ["stream.batch_size=4", "trainer.max_steps=4", "trainer.checkpoint_every=2", "trainer.log_every=1",
+                 "eval.metrics=[]", "trainer.correlation_steps=0", "trainer.max_failures=0",  # no silent restart
+                 f"trainer.storage_path={tmp_path / 'results'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}",
+                 "trainer.run_name=neighbour"]
+    dash = free_port()
+    neighbour = None
+    try:
+        with train_process(overrides, run_env, tmp_path, tmp_path / "train.err") as driver:
+            wait_for(driver, tmp_path / "train.err", paused.exists, 300, "the run paused before step 2")
+            neighbour = spawn([
+                str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
+                "--num-cpus=0", "--num-gpus=0", f"--object-store-memory={100 * 1024 ** 2}", "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
+                f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
+                f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
+                "--disable-usage-stats",
+            ], env, tmp_path / "neighbour.log")
+            wait_for(driver, tmp_path / "train.err",
+                     lambda: (ray_tmp / "ray" / "ray_current_cluster").exists() and up(f"http://127.0.0.1:{dash}"),
+                     180, "the neighbour cluster up and recorded as the host's current cluster", poll_s=0.5)
+            time.sleep(NEIGHBOUR_WATCH_S)
+            paused.unlink()
+            driver.wait(timeout=300)
+            err = (tmp_path / "train.err").read_text()
+            assert driver.returncode == 0, err[-4000:]
+            assert "Cleaning up placement group" not in err, err[-4000:]
+    finally:
+        if neighbour is not None:
+            stop(neighbour, grace_s=5)
+        shutil.rmtree(ray_tmp, ignore_errors=True)

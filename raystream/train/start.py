@@ -1,8 +1,9 @@
 """`raystream pretrain-start`: the pretrained start of the Table 1 miniature, made here and cached.
 
 The paper's Table 1 starts DoRA from a DINO ImageNet checkpoint: a representation worth keeping. Its stand-in here
-is the run `+experiment=table1_start` describes (tiny DoRA on shuffled clips of the moving-digits demo). This
-command writes the held-out probe images (raystream/data/demo/probe_images.py), trains that run into
+is the run `+experiment=table1_start` describes (tiny DoRA on shuffled clips of the photo_pans demo). This
+command writes the held-out probe images when `eval.dataset` names a set raystream generates
+(raystream/data/demo/probe_images.py), trains that run into
 `trainer.storage_path/trainer.run_name` (the directory `+experiment=table1_mini` names as
 `scenario.backbone.init`), and records there `start.json`: the hash of the composed config and the run's final
 probe figures. Called again with the same config it trains nothing and prints the record; a changed config trains
@@ -22,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from raystream.config import ConfigError
 from raystream.data import DataError
-from raystream.data.demo.probe_images import ensure_digit_probe
+from raystream.data.demo.probe_images import ensure_generated_probe, is_generated_probe
 from raystream.tracking.store import prepare_store, tracking_uri
 from raystream.train.preflight import check_evaluation_data
 from raystream.train.run import fit
@@ -62,8 +63,8 @@ def cached(cfg: DictConfig) -> Optional[Dict[str, Any]]:
 def ensure_start(cfg: DictConfig) -> Dict[str, Any]:
     """Write the probe set, train the start unless cached; return its record (path, hash, final figures)."""
 
-    if cfg.eval.dataset is not None:
-        ensure_digit_probe(cfg.eval.dataset)
+    if cfg.eval.dataset is not None and is_generated_probe(cfg.eval.dataset):  # else the user's own set, as it is
+        ensure_generated_probe(cfg.eval.dataset)
     found = cached(cfg)
     if found is not None:
         return found

@@ -1,6 +1,13 @@
-"""A labelled image probe set generated from packages, written as an ImageFolder (`eval.dataset` takes it).
+"""Labelled image probe sets generated from packages, written as ImageFolders (`eval.dataset` takes them).
 
-`ensure_digit_probe(root)` writes `root/train/<digit>/*.png` and `root/val/<digit>/*.png` on first use, then finds
+`ensure_generated_probe(root)` writes the set that `root`'s folder name names (GENERATED), on first use.
+
+`ensure_photo_probe(root)` (`heldout_photos`): 10 classes, one per scikit-image photo of PROBE_PHOTOS (none is in
+the walking tour); `train` holds 40 random crops of each photo's left half, `val` 40 of its right half, each crop
+half the photo's height (PHOTO_CROP px of a photo drawn twice as high). The `photo_pans` demo videos, the Table 1
+miniature's start, look at the left halves only, so no val pixel is ever trained on: the role of ImageNet's val set.
+
+`ensure_digit_probe(root)` (`heldout_digits`) writes `root/train/<digit>/*.png` and `root/val/<digit>/*.png` on first use, then finds
 it (`demo.write_once`: a `DONE` marker, a private temporary folder renamed into place, as the demo videos). The images
 are scikit-learn's held-out digits (every 5th image: the demo videos never show them, raystream/data/demo/render.py),
 tinted and placed at a random spot on a black canvas, as they appear in the moving-digits demo. Of each class's
@@ -18,13 +25,16 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from raystream.data.demo.render import digit_images, digit_pool
+from raystream.data.demo.render import PROBE_PHOTOS, digit_images, digit_pool, photo_halves
 from raystream.data.demo.videos import write_once
 
 PROBE_VERSION = 4
 CANVAS = 32
 COPIES = 2  # renderings (spot, tint) of each digit image
 SCALE = 2  # 8 px digits drawn at 16 px, as the start's digits at stream.resolution (table1_start.yaml)
+PHOTO_VERSION = 1
+PHOTO_CROP = 64  # px: the photo_pans demo's canvas (photos drawn 128 px high), as table1_start.yaml renders it
+PHOTO_CROPS = 40  # per class and split
 
 
 def render_digit(index: int, rng: np.random.Generator, canvas: int = CANVAS, scale: int = SCALE) -> np.ndarray:
@@ -59,3 +69,47 @@ def ensure_digit_probe(root) -> Path:
 
     write_once(final, fill)
     return final
+
+
+def photo_crop(image: np.ndarray, rng: np.random.Generator, size: int = PHOTO_CROP) -> np.ndarray:
+    """A random `size` px square of `image` (H, W, 3) uint8."""
+    y = int(rng.integers(0, image.shape[0] - size + 1))
+    x = int(rng.integers(0, max(0, image.shape[1] - size) + 1))
+    return np.ascontiguousarray(image[y:y + size, x:x + size])
+
+
+def ensure_photo_probe(root) -> Path:
+    """The ImageFolder of held-out photo crops at `root` (written on first use; safe when several processes race)."""
+    final = Path(os.path.expanduser(str(root)))
+
+    def fill(tmp: Path) -> None:
+        rng = np.random.default_rng(PHOTO_VERSION)
+        for file, halves in zip(PROBE_PHOTOS, photo_halves(2 * PHOTO_CROP)):
+            label = Path(file).stem
+            for split, half in zip(("train", "val"), halves):
+                folder = tmp / split / label
+                folder.mkdir(parents=True, exist_ok=True)
+                for i in range(PHOTO_CROPS):
+                    Image.fromarray(photo_crop(half, rng)).save(folder / f"{label}_{i:03d}.png")
+        (tmp / "config.json").write_text(json.dumps({"version": PHOTO_VERSION, "crop": PHOTO_CROP,
+                                                     "crops": PHOTO_CROPS, "photos": list(PROBE_PHOTOS)}))
+
+    write_once(final, fill)
+    return final
+
+
+GENERATED = {"heldout_digits": ensure_digit_probe, "heldout_photos": ensure_photo_probe}
+
+
+def is_generated_probe(root) -> bool:
+    """Whether `root`'s folder name is one of the probe sets raystream generates (GENERATED)."""
+    return Path(os.path.expanduser(str(root))).name in GENERATED
+
+
+def ensure_generated_probe(root) -> Path:
+    """The generated probe set that `root`'s folder name names (a key of GENERATED), written there on first use."""
+    name = Path(os.path.expanduser(str(root))).name
+    if name not in GENERATED:
+        raise ValueError(f"eval.dataset = {root}: raystream generates only probe sets in folders named "
+                         f"{' or '.join(sorted(GENERATED))}, not {name!r}")
+    return GENERATED[name](root)

@@ -21,9 +21,13 @@ from typing import Iterator, Tuple
 import numpy as np
 from PIL import Image
 
-DEMO_KINDS = ("moving_digits", "walking_tour")  # the values data.demo.kind takes
+DEMO_KINDS = ("moving_digits", "walking_tour", "photo_pans")  # the values data.demo.kind takes (index seeds a video)
 PHOTOS = {"astronaut": "astronaut.png", "coffee": "coffee.png", "chelsea": "chelsea.png", "rocket": "rocket.jpg",
           "hubble_deep_field": "hubble_deep_field.jpg", "immunohistochemistry": "ihc.png", "retina": "retina.jpg"}
+# The Table 1 miniature's stand-in for ImageNet: scikit-image's other bundled photos (none is in the walking tour).
+# `photo_pans` videos look at their left halves; the held-out probe's val crops come from their right halves.
+PROBE_PHOTOS = ("brick.png", "camera.png", "coins.png", "grass.png", "gravel.png", "horse.png", "moon.png",
+                "page.png", "text.png", "motorcycle_left.png")
 
 
 # ---------------------------------------------------------------------------------------------- bundled data
@@ -83,6 +87,50 @@ def photo_strip(height: int) -> Tuple[np.ndarray, np.ndarray]:
     return np.concatenate(parts, axis=1), np.asarray(starts + [x])
 
 
+@lru_cache(maxsize=4)
+def photo_halves(height: int) -> Tuple[Tuple[np.ndarray, np.ndarray], ...]:
+    """PROBE_PHOTOS resized to `height` rows (uint8 RGB), each split into its (left, right) halves."""
+    halves = []
+    for file in PROBE_PHOTOS:
+        path = _package_file("skimage", "data", file)
+        if path is None:
+            raise FileNotFoundError(f"scikit-image's bundled photo {file!r} is not in skimage/data: the photo_pans demo "
+                                    "and the held-out photo probe need a scikit-image that ships it (0.19 or newer)")
+        img = Image.open(path).convert("RGB")
+        w = max(height, int(round(img.width * height / img.height)))
+        photo = np.asarray(img.resize((w, height), Image.Resampling.LANCZOS), dtype=np.uint8)
+        halves.append((photo[:, : w // 2], photo[:, w // 2:]))
+    return tuple(halves)
+
+
+class PhotoPan:
+    """A `canvas` px camera over the left half of a random PROBE_PHOTOS photo (drawn `2 * canvas` px high), drifting
+    at `speed` px/frame and bouncing off the half's edges; `jump()` moves it to another photo and spot."""
+
+    def __init__(self, rng: np.random.Generator, canvas: int, speed: float):
+        self.rng, self.canvas, self.speed = rng, canvas, speed
+        self.halves = photo_halves(2 * canvas)
+        self.jump()
+
+    def jump(self) -> None:
+        self.photo = self.halves[int(self.rng.integers(len(self.halves)))][0]
+        self.room = np.array([self.photo.shape[0] - self.canvas, max(0, self.photo.shape[1] - self.canvas)], float)
+        self.pos = self.rng.uniform(0, 1, 2) * self.room
+        angle = self.rng.uniform(0, 2 * np.pi)
+        self.vel = self.speed * np.array([np.cos(angle), np.sin(angle)])
+
+    def view(self) -> np.ndarray:
+        y, x = (int(round(c)) for c in self.pos)
+        return self.photo[y:y + self.canvas, x:x + self.canvas].astype(np.float32) / 255.0
+
+    def move(self) -> None:
+        self.pos = self.pos + self.vel
+        for a in range(2):
+            if not 0 <= self.pos[a] <= self.room[a]:
+                self.vel[a] = -self.vel[a]
+                self.pos[a] = float(np.clip(self.pos[a], 0, self.room[a]))
+
+
 # ---------------------------------------------------------------------------------------------- rendering
 
 
@@ -102,7 +150,8 @@ class Sprites:
                 "tint": self.rng.uniform(0.5, 1.0, 3).astype(np.float32)}
 
     def replace(self, i: int) -> None:
-        self.items[i % len(self.items)] = self._new()
+        if self.items:
+            self.items[i % len(self.items)] = self._new()
 
     def draw(self, frame: np.ndarray) -> np.ndarray:
         """Max-blend the sprites onto a float (H, W, 3) frame in [0, 1]."""
@@ -136,10 +185,17 @@ def render_video(cfg, index: int, heldout: bool = False) -> Iterator[np.ndarray]
         strip, starts = photo_strip(canvas)
         widths = np.diff(starts)
         scene = int(rng.integers(len(PHOTOS)))
+    elif cfg.kind == "photo_pans":
+        pan = PhotoPan(rng, canvas, float(cfg.drift_speed))
     for t in range(int(cfg.frames_per_video)):
         if t and t % int(cfg.scene_frames) == 0:
             sprites.replace(t // int(cfg.scene_frames) - 1)
-        if cfg.kind == "walking_tour":
+            if cfg.kind == "photo_pans":
+                pan.jump()
+        if cfg.kind == "photo_pans":
+            frame = pan.view()
+            pan.move()
+        elif cfg.kind == "walking_tour":
             # the camera crosses one photo per scene; its view wraps around the strip
             s, u = divmod(t, int(cfg.scene_frames))
             p = (scene + s) % len(PHOTOS)

@@ -27,7 +27,7 @@ def tiny_demo(tmp_path, **kw) -> DemoConfig:
     return DemoConfig(**base)
 
 
-@pytest.mark.parametrize("kind", ["moving_digits", "walking_tour"])
+@pytest.mark.parametrize("kind", ["moving_digits", "walking_tour", "photo_pans"])
 def test_demo_videos_are_deterministic_cached_small_and_moving(tmp_path, kind):
     cfg = tiny_demo(tmp_path / "a", kind=kind)
     paths = ensure_demo_videos(cfg)
@@ -44,6 +44,25 @@ def test_demo_videos_are_deterministic_cached_small_and_moving(tmp_path, kind):
     assert changed[0].parent != paths[0].parent  # a knob that changes the video changes the cache key
     held = ensure_demo_videos(cfg, heldout=True)
     assert len(held) == 1 and "heldout" in held[0].parent.name
+
+
+def test_photo_pans_frames_are_crops_of_the_left_halves_only():
+    """The start's source never shows a pixel of the right halves, where the held-out photo probe's val crops are."""
+    from raystream.data.demo.render import photo_halves, render_video
+
+    cfg = DemoConfig(kind="photo_pans", frames_per_video=30, canvas=32, scene_frames=10, objects_per_frame=0,
+                     drift_speed=2.0)
+    frames = list(render_video(cfg, 0))
+
+    def found_in(frame, image):
+        h, w = image.shape[:2]
+        return any((image[y:y + 32, x:x + 32] == frame).all() for y in range(h - 31) for x in range(w - 31))
+
+    halves = photo_halves(64)
+    for t, frame in enumerate(frames):
+        assert any(found_in(frame, left) for left, _ in halves), f"frame {t} is not a crop of a left half"
+    assert (frames[0] != frames[1]).any()  # the camera drifts
+    assert not any(found_in(frames[0], right) for _, right in halves if right.shape[1] > 32)
 
 
 def test_default_demo_stream_and_heldout_stream(tmp_path):

@@ -1,11 +1,17 @@
-"""The held-out probe images of the Table 1 miniature (raystream/data/demo/probe_images.py): an ImageFolder that
-eval.dataset reads, written once and then found, with no digit image in both splits."""
+"""The held-out probe images of the Table 1 miniature (raystream/data/demo/probe_images.py): ImageFolders that
+eval.dataset reads, written once and then found: digits with no digit image in both splits, and photo crops whose
+val split comes from the photos' right halves, which the start's source (photo_pans) never shows."""
 
 from __future__ import annotations
 
 import os
 
-from raystream.data.demo.probe_images import ensure_digit_probe
+import numpy as np
+import pytest
+from PIL import Image
+
+from raystream.data.demo.probe_images import ensure_digit_probe, ensure_generated_probe
+from raystream.data.demo.render import PROBE_PHOTOS, photo_halves
 from raystream.eval.probe_sets import list_probe_set
 
 
@@ -20,3 +26,28 @@ def test_the_held_out_probe_is_an_image_folder_with_no_image_in_both_splits(tmp_
     assert not {digit(s.path) for s in listing.train} & {digit(s.path) for s in listing.test}
     marker = (root / "DONE").stat().st_mtime_ns
     assert ensure_digit_probe(tmp_path / "probe") == root and (root / "DONE").stat().st_mtime_ns == marker
+
+
+def test_the_photo_probe_crops_left_halves_for_train_and_right_halves_for_val(tmp_path):
+    root = ensure_generated_probe(tmp_path / "heldout_photos")
+    listing = list_probe_set(str(root))
+    assert listing.kind == "images" and listing.num_classes == len(PROBE_PHOTOS) == 10
+    assert len(listing.train) == len(listing.test) == 400
+    halves = dict(zip((os.path.splitext(f)[0] for f in PROBE_PHOTOS), photo_halves(128)))
+
+    def from_half(path, side):
+        crop = np.asarray(Image.open(path))
+        half = halves[os.path.basename(os.path.dirname(path))][side]
+        h, w = half.shape[:2]
+        return any((half[y:y + 64, x:x + 64] == crop).all() for y in range(h - 63) for x in range(w - 63))
+
+    for samples, side in ((listing.train, 0), (listing.test, 1)):
+        for s in samples[::37]:
+            assert from_half(s.path, side), (s.path, side)
+    marker = (root / "DONE").stat().st_mtime_ns
+    assert ensure_generated_probe(tmp_path / "heldout_photos") == root and (root / "DONE").stat().st_mtime_ns == marker
+
+
+def test_only_the_generated_probe_names_are_generated(tmp_path):
+    with pytest.raises(ValueError, match="heldout_digits or heldout_photos, not 'my_images'"):
+        ensure_generated_probe(tmp_path / "my_images")

@@ -94,8 +94,8 @@ def photo_halves(height: int) -> Tuple[Tuple[np.ndarray, np.ndarray], ...]:
     for file in PROBE_PHOTOS:
         path = _package_file("skimage", "data", file)
         if path is None:
-            raise FileNotFoundError(f"scikit-image's bundled photo {file!r} is not in skimage/data: the photo_pans demo "
-                                    "and the held-out photo probe need a scikit-image that ships it (0.19 or newer)")
+            raise FileNotFoundError(f"scikit-image's bundled photo {file!r} is not in skimage/data: the photo_pans "
+                                    "demo and the held-out photo probe need a scikit-image that bundles it")
         img = Image.open(path).convert("RGB")
         w = max(height, int(round(img.width * height / img.height)))
         photo = np.asarray(img.resize((w, height), Image.Resampling.LANCZOS), dtype=np.uint8)

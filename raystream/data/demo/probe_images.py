@@ -102,15 +102,18 @@ def ensure_photo_probe(root) -> Path:
 GENERATED = {"heldout_digits": ensure_digit_probe, "heldout_photos": ensure_photo_probe}
 
 
+def _probe_name(root) -> str:
+    return Path(os.path.expanduser(str(root))).name
+
+
 def is_generated_probe(root) -> bool:
     """Whether `root`'s folder name is one of the probe sets raystream generates (GENERATED)."""
-    return Path(os.path.expanduser(str(root))).name in GENERATED
+    return _probe_name(root) in GENERATED
 
 
 def ensure_generated_probe(root) -> Path:
     """The generated probe set that `root`'s folder name names (a key of GENERATED), written there on first use."""
-    name = Path(os.path.expanduser(str(root))).name
-    if name not in GENERATED:
+    if not is_generated_probe(root):
         raise ValueError(f"eval.dataset = {root}: raystream generates only probe sets in folders named "
-                         f"{' or '.join(sorted(GENERATED))}, not {name!r}")
-    return GENERATED[name](root)
+                         f"{' or '.join(sorted(GENERATED))}, not {_probe_name(root)!r}")
+    return GENERATED[_probe_name(root)](root)

@@ -80,11 +80,16 @@ def photo_strip(height: int) -> Tuple[np.ndarray, np.ndarray]:
             import skimage.data  # lazy: slow to import, and only for an unknown skimage layout
 
             img = Image.fromarray(getattr(skimage.data, name)()).convert("RGB")
-        w = max(height, int(round(img.width * height / img.height)))
-        parts.append(np.asarray(img.resize((w, height), Image.Resampling.LANCZOS), dtype=np.uint8))
+        parts.append(_at_height(img, height))
         starts.append(x)
-        x += w
+        x += parts[-1].shape[1]
     return np.concatenate(parts, axis=1), np.asarray(starts + [x])
+
+
+def _at_height(img: Image.Image, height: int) -> np.ndarray:
+    """`img` resized to `height` rows (aspect kept, at least square): uint8 (height, W, 3)."""
+    w = max(height, int(round(img.width * height / img.height)))
+    return np.asarray(img.resize((w, height), Image.Resampling.LANCZOS), dtype=np.uint8)
 
 
 @lru_cache(maxsize=4)
@@ -96,11 +101,21 @@ def photo_halves(height: int) -> Tuple[Tuple[np.ndarray, np.ndarray], ...]:
         if path is None:
             raise FileNotFoundError(f"scikit-image's bundled photo {file!r} is not in skimage/data: the photo_pans "
                                     "demo and the held-out photo probe need a scikit-image that bundles it")
-        img = Image.open(path).convert("RGB")
-        w = max(height, int(round(img.width * height / img.height)))
-        photo = np.asarray(img.resize((w, height), Image.Resampling.LANCZOS), dtype=np.uint8)
+        photo = _at_height(Image.open(path).convert("RGB"), height)
+        w = photo.shape[1]
         halves.append((photo[:, : w // 2], photo[:, w // 2:]))
     return tuple(halves)
+
+
+def bounce(pos: np.ndarray, vel: np.ndarray, room) -> np.ndarray:
+    """`pos + vel`, kept in [0, room[a]] on each axis a: an axis that leaves it is clipped back and its velocity
+    (`vel`, changed in place) reversed."""
+    pos = pos + vel
+    for a in range(2):
+        if not 0 <= pos[a] <= room[a]:
+            vel[a] = -vel[a]
+            pos[a] = float(np.clip(pos[a], 0, room[a]))
+    return pos
 
 
 class PhotoPan:
@@ -124,11 +139,7 @@ class PhotoPan:
         return self.photo[y:y + self.canvas, x:x + self.canvas].astype(np.float32) / 255.0
 
     def move(self) -> None:
-        self.pos = self.pos + self.vel
-        for a in range(2):
-            if not 0 <= self.pos[a] <= self.room[a]:
-                self.vel[a] = -self.vel[a]
-                self.pos[a] = float(np.clip(self.pos[a], 0, self.room[a]))
+        self.pos = bounce(self.pos, self.vel, self.room)
 
 
 # ---------------------------------------------------------------------------------------------- rendering
@@ -168,11 +179,7 @@ class Sprites:
     def move(self) -> None:
         room = max(0, self.canvas - self.size)
         for it in self.items:
-            it["pos"] = it["pos"] + it["vel"]
-            for a in range(2):
-                if not 0 <= it["pos"][a] <= room:
-                    it["vel"][a] = -it["vel"][a]
-                    it["pos"][a] = float(np.clip(it["pos"][a], 0, room))
+            it["pos"] = bounce(it["pos"], it["vel"], (room, room))
 
 
 def render_video(cfg, index: int, heldout: bool = False) -> Iterator[np.ndarray]:

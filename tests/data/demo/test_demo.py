@@ -14,6 +14,7 @@ from raystream.config import ConfigError, compose
 from raystream.data import build_heldout_stream, build_stream, ensure_demo_videos
 from raystream.data.config import DemoConfig
 from raystream.data.decode.backends import open_reader
+from raystream.data.decode.exact import misread
 from raystream.data.stream.clips import ClipGeometry
 
 TINY = ["data.demo.num_videos=2", "data.demo.frames_per_video=40", "data.demo.canvas=32", "data.demo.scene_frames=10",
@@ -40,6 +41,7 @@ def test_demo_videos_are_deterministic_cached_small_and_moving(tmp_path, kind):
         assert a.shape == (30, 32, 32, 3) and (a == b).all()  # the same config gives the same frames
         assert (a[0] != a[-1]).any()  # things move
         assert p.stat().st_size < 500_000
+        assert misread(open_reader(str(p)), open_reader(str(p), "pyav")) is None  # decord reads it: no PyAV fallback
     changed = ensure_demo_videos(tiny_demo(tmp_path / "a", kind=kind, drift_speed=2.0))
     assert changed[0].parent != paths[0].parent  # a knob that changes the video changes the cache key
     held = ensure_demo_videos(cfg, heldout=True)

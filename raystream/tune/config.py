@@ -35,6 +35,9 @@ GROUPS = ("data", "stream", "scenario", "optimizer", "trainer")
 class SweepConfig:
     name: str = "smoke"
     grid: Dict[str, Any] = field(default_factory=dict)
+    # Grid cells left out: each entry names some grid axes with one value each, and a cell that has all of them is not
+    # run (e.g. [{stream.order: shuffled, optimizer: orthogonal_adamw}]: shuffled runs of AdamW only).
+    exclude: List[Any] = field(default_factory=list)  # checked in check_sweep, which names the entry
     sample: Dict[str, str] = field(default_factory=dict)
     fixed: Dict[str, Any] = field(default_factory=dict)
     num_samples: int = 1  # Optuna trials per grid cell (1 with no `sample` axes = one run per cell)
@@ -122,6 +125,14 @@ def check_sweep(sweep: Mapping[str, Any], error: Type[Exception] = ValueError) -
             fail(f"grid.{key}", list(values), "a non-empty list of values")
         if "." not in key and key not in GROUPS:
             fail(f"grid.{key}", list(values), f"a dotted config key or one of the groups {', '.join(GROUPS)}")
+    for i, entry in enumerate(sweep.get("exclude") or []):
+        if not isinstance(entry, Mapping) or not entry:
+            fail(f"exclude[{i}]", entry, "a mapping of grid axes to one value each, e.g. {stream.order: shuffled}")
+        for key, value in entry.items():
+            if key not in grid:
+                fail(f"exclude[{i}].{key}", value, f"a grid axis ({', '.join(grid) or 'the grid is empty'})")
+            if value not in list(grid[key]):
+                fail(f"exclude[{i}].{key}", value, f"one of the axis' values {list(grid[key])}")
     for key, text in sample.items():
         try:
             parse_sample(text)

@@ -141,11 +141,15 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> SweepPlan:
     fixed = {k: v for k, v in OmegaConf.to_container(sweep.fixed, resolve=True).items() if k not in user_keys}
     sample = {k: parse_sample(v) for k, v in sweep.sample.items() if k not in user_keys}
 
+    exclude = [dict(e) for e in OmegaConf.to_container(sweep.exclude, resolve=True)]
     group_keys = [k for k in grid if k in GROUPS]
     composed: Dict[Tuple, DictConfig] = {}
     cells: List[Cell] = []
-    for index, combo in enumerate(itertools.product(*grid.values())):
+    for combo in itertools.product(*grid.values()):
         values = dict(zip(grid, combo))
+        if _excluded({**collapsed, **values}, exclude):
+            continue
+        index = len(cells)
         groups = tuple((k, values[k]) for k in group_keys)
         if groups not in composed:
             extra = [f"{k}={v}" for k, v in groups]
@@ -163,6 +167,9 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> SweepPlan:
         _check_cell(cell_cfg, str(sweep.name), values, fixed)
         cells.append(Cell(index=index, values=values, config=OmegaConf.to_container(cell_cfg, resolve=True)))
 
+    if not cells:
+        raise ConfigError(f"sweep `{sweep.name}`: config key `sweep.exclude` leaves out every grid cell: expected at "
+                          "least one cell to run")
     # Every sampled axis, at both ends of its range, must pass the checks of every key it sets.
     for key, spec in sample.items():
         for bound in sample_bounds(spec):
@@ -171,6 +178,11 @@ def plan(cfg: DictConfig, overrides: Sequence[str] = ()) -> SweepPlan:
             _checked(probe, f"sweep `{sweep.name}`: config key `sweep.sample.{key}` at {bound!r}")
     return SweepPlan(name=str(sweep.name), cells=cells, sample=sample, num_samples=int(sweep.num_samples),
                      collapsed=collapsed)
+
+
+def _excluded(values: Dict[str, Any], exclude: Sequence[Dict[str, Any]]) -> bool:
+    """Whether a cell with these axis values matches every key of one `sweep.exclude` entry."""
+    return any(all(k in values and values[k] == v for k, v in entry.items()) for entry in exclude)
 
 
 def _group_choice(overrides: Sequence[str], group: str) -> Optional[str]:

@@ -37,9 +37,12 @@ def test_table1_mini_starts_from_the_cached_start_and_probes_held_out_images():
         {k: start.scenario.dora[k] for k in ("out_dim", "hidden_dim", "bottleneck_dim", "head_layers")}
 
 
-def test_table1_mini_sweep_plans_the_four_optimizers_from_both_starts():
+def test_table1_mini_sweep_plans_table1s_four_rows_from_both_starts():
     p = plan(compose(MINI), MINI)
-    assert p.num_trials == 2 * 3 * 2 * 3
+    assert p.num_trials == 2 * 4 * 3
+    rows = {(c.values["optimizer"], c.values["stream.order"]) for c in p.cells}
+    assert rows == {("adamw", "batch_along_time"), ("orthogonal_adamw", "batch_along_time"),
+                    ("orthogonal_adamw_099", "batch_along_time"), ("adamw", "shuffled")}
     inits = {c.values["scenario.backbone.init"] for c in p.cells}
     assert "random" in inits and len(inits) == 2
     betas = {c.values["optimizer"]: c.config["optimizer"].get("orth_beta") for c in p.cells}

@@ -7,7 +7,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from raystream.config import compose
+import pytest
+
+from raystream.config import ConfigError, compose
 from raystream.tune.searcher import CELL_KEY, GridOptunaSearcher
 from raystream.tune.space import optuna_space, plan
 from raystream.tune.concurrency import concurrent_trials
@@ -48,6 +50,28 @@ def test_command_line_wins_over_fixed_and_collapses_a_grid_axis(sweeps_dir):
         assert c.config["trainer"]["max_steps"] == 3
         assert c.config["stream"]["order"] == "shuffled"
         assert c.config["optimizer"]["lr"] == 0.01
+
+
+def test_exclude_leaves_out_matching_cells_and_a_bad_entry_is_named(sweeps_dir):
+    """Table 1's shape: shuffled runs of one optimizer only, not the whole product of optimizer x order."""
+    sweeps_dir("t", SWEEP + "exclude:\n  - {optimizer: orthogonal_adamw, stream.order: shuffled}\n"
+                            "  - {optimizer: orthogonal_adamw, stream.order: batch_along_video}\n")
+    p = plan(compose(["sweep=t"]), ["sweep=t"])
+    assert [(c.values["optimizer"], c.values["stream.order"]) for c in p.cells] == [
+        ("adamw", "batch_along_time"), ("adamw", "batch_along_video"), ("adamw", "shuffled"),
+        ("orthogonal_adamw", "batch_along_time")]
+    assert [c.index for c in p.cells] == [0, 1, 2, 3] and p.num_trials == 4 * 4
+    overrides = ["sweep=t", "stream.order=shuffled"]  # a collapsed axis still matches its entries
+    assert [c.values for c in plan(compose(overrides), overrides).cells] == [{"optimizer": "adamw"}]
+    overrides = ["sweep=t", "stream.order=shuffled", "optimizer=orthogonal_adamw"]
+    with pytest.raises(ConfigError, match=r"sweep.exclude` leaves out every grid cell"):
+        plan(compose(overrides), overrides)
+    for entry, named in [("{optimizer: sgd}", r"sweep.exclude\[0\].optimizer` = 'sgd': expected one of the axis"),
+                         ("{trainer.seed: 1}", r"sweep.exclude\[0\].trainer.seed` = 1: expected a grid axis"),
+                         ("[]", r"sweep.exclude\[0\]` = .*expected a mapping")]:
+        sweeps_dir("t", SWEEP + f"exclude:\n  - {entry}\n")
+        with pytest.raises(ConfigError, match=named):
+            compose(["sweep=t"])
 
 
 def test_fingerprint_follows_what_the_trials_run(sweeps_dir):

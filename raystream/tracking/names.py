@@ -92,13 +92,16 @@ SHORT_KEYS = {"seed": "s", "orth_beta": "b", "beta": "b", "batch_size": "bs", "l
 
 def short_value(key: str, value) -> str:
     """One grid or sampled value as it appears in a trial's run name: `optimizer.orth_beta`=0.99 -> `b0.99`,
-    `trainer.seed`=0 -> `s0`, `stream.order`=batch_along_time -> `time`, `optimizer.lr`=3.21e-4 -> `lr0.000321`."""
+    `trainer.seed`=0 -> `s0`, `stream.order`=batch_along_time -> `time`, `optimizer.lr`=3.21e-4 -> `lr0.000321`,
+    a path -> its last part (`~/.cache/raystream/starts/table1_start` -> `table1_start`)."""
     part = key.rsplit(".", 1)[-1]
     if isinstance(value, bool):
         return f"{part}_{'on' if value else 'off'}"
     if isinstance(value, (int, float)):
         return f"{SHORT_KEYS.get(part, ''.join(w[:1] for w in part.split('_')))}{value:.3g}"
     text = str(value)
+    if "/" in text:  # a path or URI (e.g. scenario.backbone.init): its last part tells the trials apart
+        text = text.rstrip("/").rsplit("/", 1)[-1] or text
     for long, short in SHORT_WORDS:
         text = text.replace(long, short)
     return text

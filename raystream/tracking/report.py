@@ -331,7 +331,8 @@ def plot_grad_cos(client, trials: List[Trial], out: Path) -> Optional[Path]:
 
 def plot_grad_cos_curves(client, table: Table, out: Path) -> Optional[Path]:
     """The paper's Figure 1 per table row: grad_cos_prev over steps, averaged over the row's seeds (a running mean
-    over 9 steps smooths the step-to-step sawtooth), one line per row (e.g. optimizer x order)."""
+    over 9 steps smooths the step-to-step sawtooth), one line per row (e.g. optimizer x order), labelled as the
+    trials' run names shorten the row's values (`table1_start, orth_adamw, time`)."""
     import matplotlib  # lazy: matplotlib only when a report writes plots
 
     matplotlib.use("Agg")
@@ -350,7 +351,8 @@ def plot_grad_cos_curves(client, table: Table, out: Path) -> Optional[Path]:
         steps = sorted(per_step)
         mean = [sum(per_step[s]) / len(per_step[s]) for s in steps]
         smooth = [sum(mean[max(0, i - 4):i + 5]) / len(mean[max(0, i - 4):i + 5]) for i in range(len(mean))]
-        ax.plot(steps, smooth, lw=1, label=", ".join(row.key))
+        label = ", ".join(names.short_value(a, v) for a, v in zip(table.row_axes, row.key))
+        ax.plot(steps, smooth, lw=1, label=label)
         drawn += 1
     if not drawn:
         plt.close(fig)

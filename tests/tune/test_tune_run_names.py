@@ -33,6 +33,9 @@ def test_trial_names_are_the_grid_values_short_and_distinct():
     assert "orth_adamw_099-shuffled-s2" in regime  # seeds, the replicates, come last
     beta = _names(["sweep=beta"])
     assert beta[:2] == ["b0-s0", "b0-s1"] and "b0.99-s2" in beta
+    table1 = _names(["+experiment=table1_mini", "sweep=table1_mini"])  # a path axis: its last part, not the path
+    assert len(set(table1)) == len(table1) == 24
+    assert "table1_start-adamw-time-s0" in table1 and "random-adamw-shuffled-s2" in table1
 
 
 def test_sampled_values_join_the_name_and_a_collapsed_axis_leaves_it():

@@ -28,7 +28,7 @@ def test_table1_mini_starts_from_the_cached_start_and_probes_held_out_images():
     assert os.path.expanduser(cfg.scenario.backbone.init) == str(start_dir(start))
     assert cfg.eval.dataset == start.eval.dataset and cfg.eval.protocol == "dino"
     assert cfg.data.demo.kind == "walking_tour" and start.data.demo.kind == "photo_pans"
-    assert os.path.basename(cfg.eval.dataset) == "heldout_photos"  # the right halves of the start's photos
+    assert os.path.basename(cfg.eval.dataset) == "heldout_photos_jittered"  # the right halves of the start's photos
     assert start.stream.order == "shuffled" and cfg.stream.order == "batch_along_time"
     assert (cfg.stream.batch_size, cfg.stream.frames_per_clip, cfg.scenario.dora.global_crops) == (32, 8, 2)
     # the start's model is the miniature's: loaded whole

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageEnhance
 
 from raystream.data.demo.render import PROBE_PHOTOS, digit_images, digit_pool, photo_halves
 from raystream.data.demo.videos import write_once
@@ -36,6 +36,9 @@ SCALE = 2  # 8 px digits drawn at 16 px, as the start's digits at stream.resolut
 PHOTO_VERSION = 1
 PHOTO_CROP = 64  # px: the photo_pans demo's canvas (photos drawn 128 px high), as table1_start.yaml renders it
 PHOTO_CROPS = 40  # per class and split
+JITTERED_VERSION = 1
+JITTER = 0.8  # probability of DINO's colour jitter (brightness 0.4, contrast 0.4, saturation 0.2), as DoRA's views
+GRAY = 0.2  # probability of grayscale, as DoRA's views
 
 
 def render_digit(index: int, rng: np.random.Generator, canvas: int = CANVAS, scale: int = SCALE) -> np.ndarray:
@@ -79,27 +82,55 @@ def photo_crop(image: np.ndarray, rng: np.random.Generator, size: int = PHOTO_CR
     return np.ascontiguousarray(image[y:y + size, x:x + size])
 
 
-def ensure_photo_probe(root) -> Path:
-    """The ImageFolder of held-out photo crops at `root` (written on first use; safe when several processes race)."""
+def jitter_colours(image: np.ndarray, rng: np.random.Generator, jitter: float = JITTER,
+                   gray: float = GRAY) -> np.ndarray:
+    """`image` (H, W, 3) uint8 with DoRA's photometric changes (raystream/models/dora/augment.py), drawn with PIL:
+    with probability `jitter` brightness, contrast and saturation each scaled by a factor drawn from
+    [0.6, 1.4], [0.6, 1.4], [0.8, 1.2]; then, with probability `gray`, made grey."""
+    view = Image.fromarray(image)
+    if rng.random() < jitter:
+        for enhance, spread in ((ImageEnhance.Brightness, 0.4), (ImageEnhance.Contrast, 0.4),
+                                (ImageEnhance.Color, 0.2)):
+            view = enhance(view).enhance(float(rng.uniform(1 - spread, 1 + spread)))
+    if rng.random() < gray:
+        view = view.convert("L").convert("RGB")
+    return np.asarray(view)
+
+
+def _photo_set(root, version: int, draw, settings: dict) -> Path:
+    """The ImageFolder of PHOTO_CROPS `draw(half, rng)` images of each photo's left half (train) and right half
+    (val) at `root`, written on first use (safe when several processes race)."""
     final = Path(os.path.expanduser(str(root)))
 
     def fill(tmp: Path) -> None:
-        rng = np.random.default_rng(PHOTO_VERSION)
+        rng = np.random.default_rng(version)
         for file, halves in zip(PROBE_PHOTOS, photo_halves(2 * PHOTO_CROP)):
             label = Path(file).stem
             for split, half in zip(("train", "val"), halves):
                 folder = tmp / split / label
                 folder.mkdir(parents=True, exist_ok=True)
                 for i in range(PHOTO_CROPS):
-                    Image.fromarray(photo_crop(half, rng)).save(folder / f"{label}_{i:03d}.png")
-        (tmp / "config.json").write_text(json.dumps({"version": PHOTO_VERSION, "crop": PHOTO_CROP,
-                                                     "crops": PHOTO_CROPS, "photos": list(PROBE_PHOTOS)}))
+                    Image.fromarray(draw(half, rng)).save(folder / f"{label}_{i:03d}.png")
+        (tmp / "config.json").write_text(json.dumps({"version": version, "crop": PHOTO_CROP, "crops": PHOTO_CROPS,
+                                                     "photos": list(PROBE_PHOTOS), **settings}))
 
     write_once(final, fill)
     return final
 
 
-GENERATED = {"heldout_digits": ensure_digit_probe, "heldout_photos": ensure_photo_probe}
+def ensure_photo_probe(root) -> Path:
+    """The ImageFolder of held-out photo crops at `root` (`heldout_photos`)."""
+    return _photo_set(root, PHOTO_VERSION, photo_crop, {})
+
+
+def ensure_jittered_photo_probe(root) -> Path:
+    """The ImageFolder of held-out photo crops with DoRA's colour jitter at `root` (`heldout_photos_jittered`)."""
+    return _photo_set(root, JITTERED_VERSION, lambda half, rng: jitter_colours(photo_crop(half, rng), rng),
+                      {"jitter": JITTER, "gray": GRAY})
+
+
+GENERATED = {"heldout_digits": ensure_digit_probe, "heldout_photos": ensure_photo_probe,
+             "heldout_photos_jittered": ensure_jittered_photo_probe}
 
 
 def _probe_name(root) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from raystream.data.demo.probe_images import ensure_digit_probe, ensure_generated_probe
+from raystream.data.demo.probe_images import ensure_digit_probe, ensure_generated_probe, jitter_colours
 from raystream.data.demo.render import PROBE_PHOTOS, photo_halves
 from raystream.eval.probe_sets import list_probe_set
 
@@ -48,6 +48,39 @@ def test_the_photo_probe_crops_left_halves_for_train_and_right_halves_for_val(tm
     assert ensure_generated_probe(tmp_path / "heldout_photos") == root and (root / "DONE").stat().st_mtime_ns == marker
 
 
+def test_jitter_colours_changes_brightness_contrast_saturation_and_greys_as_doras_views():
+    image = np.ascontiguousarray(photo_halves(128)[PROBE_PHOTOS.index("motorcycle_left.png")][1][:64, :64])
+    rng = np.random.default_rng(0)
+    assert (jitter_colours(image, rng, jitter=0.0, gray=0.0) == image).all()
+    grey = jitter_colours(image, rng, jitter=0.0, gray=1.0)
+    assert (grey[..., 0] == grey[..., 1]).all() and (grey[..., 1] == grey[..., 2]).all()
+    means = [jitter_colours(image, np.random.default_rng(i), jitter=1.0, gray=0.0).mean() for i in range(20)]
+    assert max(means) - min(means) > 0.2 * image.mean()  # brightness is drawn from [0.6, 1.4]
+
+
+def test_the_jittered_photo_probe_is_the_photo_probe_with_doras_colour_changes(tmp_path):
+    root = ensure_generated_probe(tmp_path / "heldout_photos_jittered")
+    plain = list_probe_set(str(ensure_generated_probe(tmp_path / "heldout_photos")))
+    listing = list_probe_set(str(root))
+    assert listing.kind == "images" and listing.num_classes == plain.num_classes == 10
+    assert len(listing.train) == len(listing.test) == 400
+    assert sorted(os.path.relpath(s.path, root) for s in listing.test) == \
+        sorted(os.path.relpath(s.path, plain.test[0].path.rsplit("/val/", 1)[0]) for s in plain.test)
+
+    def spread(samples):  # of each image's mean brightness, within its class
+        by_class: dict = {}
+        for s in samples:
+            by_class.setdefault(s.label, []).append(np.asarray(Image.open(s.path), np.float32).mean())
+        return np.mean([np.std(v) for v in by_class.values()])
+
+    assert spread(listing.test) > 1.5 * spread(plain.test)  # brightness no longer tells the photo apart
+    config = (root / "config.json").read_text()
+    assert '"jitter": 0.8' in config and '"gray": 0.2' in config
+    marker = (root / "DONE").stat().st_mtime_ns
+    assert ensure_generated_probe(tmp_path / "heldout_photos_jittered") == root
+    assert (root / "DONE").stat().st_mtime_ns == marker
+
+
 def test_only_the_generated_probe_names_are_generated(tmp_path):
-    with pytest.raises(ValueError, match="heldout_digits or heldout_photos, not 'my_images'"):
+    with pytest.raises(ValueError, match="heldout_digits or heldout_photos or heldout_photos_jittered, not 'my_images'"):
         ensure_generated_probe(tmp_path / "my_images")

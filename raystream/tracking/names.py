@@ -90,6 +90,12 @@ SHORT_WORDS = (("orthogonal_", "orth_"), ("batch_along_", ""), ("slower_", "slow
 SHORT_KEYS = {"seed": "s", "orth_beta": "b", "beta": "b", "batch_size": "bs", "lr": "lr", "weight_decay": "wd"}
 
 
+def path_tail(text: str) -> str:
+    """A path or URI's last part (`~/.cache/raystream/starts/table1_start` -> `table1_start`); other text as it is:
+    what tells trials apart when a grid axis takes paths (`scenario.backbone.init`)."""
+    return (text.rstrip("/").rsplit("/", 1)[-1] or text) if "/" in text else text
+
+
 def short_value(key: str, value) -> str:
     """One grid or sampled value as it appears in a trial's run name: `optimizer.orth_beta`=0.99 -> `b0.99`,
     `trainer.seed`=0 -> `s0`, `stream.order`=batch_along_time -> `time`, `optimizer.lr`=3.21e-4 -> `lr0.000321`,
@@ -99,9 +105,7 @@ def short_value(key: str, value) -> str:
         return f"{part}_{'on' if value else 'off'}"
     if isinstance(value, (int, float)):
         return f"{SHORT_KEYS.get(part, ''.join(w[:1] for w in part.split('_')))}{value:.3g}"
-    text = str(value)
-    if "/" in text:  # a path or URI (e.g. scenario.backbone.init): its last part tells the trials apart
-        text = text.rstrip("/").rsplit("/", 1)[-1] or text
+    text = path_tail(str(value))
     for long, short in SHORT_WORDS:
         text = text.replace(long, short)
     return text

@@ -115,6 +115,17 @@ def test_table_rows_mean_std_over_seeds_of_the_best_sample(sweep_store):
     assert "FloatingPointError: NaN loss" in md
 
 
+def test_the_markdown_table_shows_a_path_value_by_its_last_part_and_the_csv_keeps_it(tmp_path):
+    start = "/home/u/.cache/raystream/starts/table1_start"
+    table = report.Table(sweep="t", parent_run_id="p", row_axes=["scenario.backbone.init"], seed_axes=[],
+                         sample_axes=[], metrics=["loss"], rows=[report.Row(key=(start,), trials=[]),
+                                                                 report.Row(key=("random",), trials=[])])
+    md = table.to_markdown()
+    assert "| table1_start | 0 |" in md and "| random | 0 |" in md and "/home/u" not in md
+    table.write_csv(tmp_path / "r.csv")
+    assert start in (tmp_path / "r.csv").read_text()
+
+
 def test_report_files_plots_and_parent_artifacts(sweep_store, tmp_path):
     client, parent = sweep_store
     table, files = write_report(client, client.get_run(parent), str(tmp_path / "out"))

@@ -77,7 +77,8 @@ class Table:
         header = [*self.row_axes, "n", *self.sample_axes, *map(names.report_column, self.metrics)]
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
         for row in self.rows:
-            cells = [names.path_tail(v) for v in row.key] + [str(len(row.trials)) + (f" ({row.failed} failed)" if row.failed else "")]
+            cells = [names.path_tail(v) for v in row.key]
+            cells += [str(len(row.trials)) + (f" ({row.failed} failed)" if row.failed else "")]
             cells += [_fmt_mean_std([t.sample[k] for t in row.trials if k in t.sample], sci=True)
                       for k in self.sample_axes]
             cells += [_fmt_mean_std(row.values(m)) for m in self.metrics]

@@ -7,14 +7,18 @@ the walking tour); `train` holds 40 random crops of each photo's left half, `val
 half the photo's height (PHOTO_CROP px of a photo drawn twice as high). The `photo_pans` demo videos, the Table 1
 miniature's start, look at the left halves only, so no val pixel is ever trained on: the role of ImageNet's val set.
 
+`ensure_jittered_photo_probe(root)` (`heldout_photos_jittered`, the Table 1 miniature's probe): the same kind of
+crops, each colour-jittered as DoRA's views are (`jitter_colours`). A random backbone tells the plain crops apart by
+their brightness and contrast (kNN 0.62); the jitter takes that cue away (0.36), which the start learned to ignore.
+
 `ensure_digit_probe(root)` (`heldout_digits`) writes `root/train/<digit>/*.png` and `root/val/<digit>/*.png` on first
 use, then finds it (`demo.write_once`: a `DONE` marker, a private temporary folder renamed into place, as the demo
-videos; the photo set is written the same way). The images are scikit-learn's held-out digits (every 5th image:
+videos; the photo sets are written the same way). The images are scikit-learn's held-out digits (every 5th image:
 the demo videos never show them, raystream/data/demo/render.py), tinted and placed at a random spot on a black
 canvas, as they appear in the moving-digits demo. Of each class's held-out images, alternate ones go to `train` and
 `val`, each drawn twice (720 images in all): no digit image is in both. It was the held-out set of the Table 1
-miniature's first presets; the photo set is its held-out set now (sweeps/experiment/table1_mini.yaml): labelled
-images that are not the video being trained on.
+miniature's first presets; the jittered photo set is its held-out set now (sweeps/experiment/table1_mini.yaml):
+labelled images that are not the video being trained on.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ from raystream.checks import Check, one_of
 class OptimizerConfig:
     """Which optimizer a run uses and its hyper-parameters.
 
-    `name` is one of `adamw`, `sgd` (torch baselines), `orthogonal_adamw`, `orthogonal_sgd`, `slower_adamw`
-    (built by `raystream.optim.build_optimizer`). The orthogonal fields are ignored by the others; `momentum` is
+    `name` is one of `adamw`, `sgd` (torch baselines), `orthogonal_adamw`, `orthogonal_sgd`, `slower_adamw`,
+    `orthogonal_torch_adamw` (the `Orthogonal` wrapper around torch's own AdamW: the same update as
+    `orthogonal_adamw`, by another path) (built by `raystream.optim.build_optimizer`). The orthogonal fields are ignored by the others; `momentum` is
     used by the SGD pair only, `betas`/`eps` by the AdamW family. Presets: `sweeps/optimizer/*.yaml`, among them
     `orthogonal_adamw` (the paper's equations: global projection, c_0 = 0) and `orthogonal_adamw_official` (the
     authors' published code: projection=dim0, orth_init=first_grad).
@@ -52,7 +53,7 @@ class OptimizerConfig:
 
 
 # The options an `optimizer` key takes; `raystream.optim.build_optimizer` accepts exactly these names.
-NAMES = ("adamw", "sgd", "orthogonal_adamw", "orthogonal_sgd", "slower_adamw")
+NAMES = ("adamw", "sgd", "orthogonal_adamw", "orthogonal_sgd", "slower_adamw", "orthogonal_torch_adamw")
 PROJECTIONS = ("global", "per_tensor", "dim0")
 ORTH_INITS = ("zero", "first_grad")
 COMPILED_PROJECTIONS = ("global", "per_tensor")  # the projections Orthogonal-AdamW's compiled step implements

@@ -20,6 +20,7 @@ from raystream.optim.config import COMPILED_PROJECTIONS, NAMES, OptimizerConfig
 from raystream.optim.orthogonal import OrthogonalAdamW
 from raystream.optim.sgd import OrthogonalSGD
 from raystream.optim.slower import SlowerAdamW
+from raystream.optim.wrapper import Orthogonal
 
 
 def _adamw(params, cfg: OptimizerConfig, diagnostics: bool, total_steps: Optional[int]) -> Optimizer:
@@ -108,9 +109,16 @@ def _slower_adamw(params, cfg: OptimizerConfig, diagnostics: bool, total_steps: 
                        diagnostics=diagnostics)
 
 
-# config.NAMES, in its order: adamw, sgd, orthogonal_adamw, orthogonal_sgd, slower_adamw
+def _orthogonal_torch_adamw(params, cfg: OptimizerConfig, diagnostics: bool, total_steps: Optional[int]) -> Optimizer:
+    """Orthogonal(torch.optim.AdamW): the projection wrapped around stock torch, the check that `orthogonal_adamw`
+    computes the same update (the optimizer ablation runs both)."""
+    return Orthogonal(_adamw(params, cfg, diagnostics, total_steps), orth_beta=cfg.orth_beta,
+                      projection=cfg.projection, orth_init=cfg.orth_init, diagnostics=diagnostics)
+
+
+# config.NAMES, in its order: adamw, sgd, orthogonal_adamw, orthogonal_sgd, slower_adamw, orthogonal_torch_adamw
 BUILDERS: Dict[str, Callable[..., Optimizer]] = dict(zip(NAMES, (_adamw, _sgd, _orthogonal_adamw, _orthogonal_sgd,
-                                                                  _slower_adamw), strict=True))
+                                                                  _slower_adamw, _orthogonal_torch_adamw), strict=True))
 
 
 def build_optimizer(params, cfg: OptimizerConfig, diagnostics: bool = False,

@@ -1,12 +1,13 @@
 """build_optimizer: every optimizer name, and every shipped optimizer preset composes and builds what it says."""
 
+import copy
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from raystream.optim import OrthogonalAdamW, OrthogonalSGD, SlowerAdamW, build_optimizer
+from raystream.optim import Orthogonal, OrthogonalAdamW, OrthogonalSGD, SlowerAdamW, build_optimizer, param_groups
 from raystream.optim.config import NAMES, OptimizerConfig
 from raystream.optim.factory import compile_choice
 
@@ -15,7 +16,7 @@ PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "sweeps"
 
 @pytest.mark.parametrize("name, cls", [
     ("adamw", torch.optim.AdamW), ("sgd", torch.optim.SGD), ("orthogonal_adamw", OrthogonalAdamW),
-    ("orthogonal_sgd", OrthogonalSGD), ("slower_adamw", SlowerAdamW),
+    ("orthogonal_sgd", OrthogonalSGD), ("slower_adamw", SlowerAdamW), ("orthogonal_torch_adamw", Orthogonal),
 ])
 def test_build_optimizer_by_name(name, cls):
     cfg = OptimizerConfig(name=name, lr=0.02, weight_decay=0.03, momentum=0.5, orth_beta=0.7, projection="per_tensor")
@@ -27,8 +28,28 @@ def test_build_optimizer_by_name(name, cls):
         assert group["orth_beta"] == 0.7 and opt.projection == "per_tensor"
     if name in ("sgd", "orthogonal_sgd"):
         assert group["momentum"] == 0.5
-    if name in ("orthogonal_adamw", "orthogonal_sgd", "slower_adamw"):
+    if name in ("orthogonal_adamw", "orthogonal_sgd", "slower_adamw", "orthogonal_torch_adamw"):
         assert set(opt.diagnostics()) == {"grad_cos_prev", "grad_cos_ema", "update_norm_ratio"}
+
+
+def test_the_wrapped_torch_adamw_takes_the_same_steps_as_orthogonal_adamw():
+    """`orthogonal_torch_adamw` (Orthogonal around torch's AdamW) and `orthogonal_adamw` give the same weights over
+    a run's param groups (decayed and not), step after step: the optimizer ablation's check of one against the other."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.LayerNorm(5), torch.nn.Linear(5, 3))
+    twin, start = copy.deepcopy(model), copy.deepcopy(model)
+    opts = [build_optimizer(param_groups(m, cfg), cfg) for m, cfg in
+            [(model, OptimizerConfig(name="orthogonal_adamw", lr=0.05, compile=False)),
+             (twin, OptimizerConfig(name="orthogonal_torch_adamw", lr=0.05))]]
+    for _ in range(6):
+        x = torch.randn(8, 6)
+        for m, opt in zip((model, twin), opts):
+            opt.zero_grad()
+            m(x).pow(2).mean().backward()
+            opt.step()
+    for (n, a), b in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=n)
+    assert (model[0].weight - start[0].weight).abs().min() > 1e-3  # every weight moved: the steps were taken
 
 
 def test_unknown_name_is_named():

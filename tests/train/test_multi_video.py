@@ -12,7 +12,7 @@ import pytest
 
 from raystream.cli import main as cli_main
 from raystream.config import compose
-from raystream.data.stream.build import build_stream
+from raystream.data.stream.build import build_heldout_stream, build_stream
 from raystream.train import correlation
 
 VIDEOS, FRAMES = 8, 46  # 6 clips a video (each spans 26 source frames, 4 apart)
@@ -58,3 +58,19 @@ def test_correlation_measures_the_preset(smoke, capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["order"] == "batch_along_video" and result["data"] == "short_walks" and result["pairs"] == 2
     assert all(math.isfinite(result[k]) and -1 <= result[k] <= 1 for k in ("sequential", "shuffled"))
+
+
+def test_every_order_and_seed_is_evaluated_on_the_same_heldout_clips(smoke):
+    """The out-of-stream error of runs batched along time, along video and shuffled (any seed) reads the same
+    held-out clips, a sample of every held-out video; along video it needs no held-out video for every slot (the
+    preset's 2 held-out videos against 8 slots failed the run)."""
+    seen = []
+    for order, seed in [("batch_along_time", 0), ("batch_along_video", 1), ("shuffled", 2)]:
+        cfg = compose([*smoke, f"stream.order={order}", f"trainer.seed={seed}", f"stream.seed={seed}"])
+        stream = build_heldout_stream(cfg.data, cfg.stream)
+        try:
+            seen.append([(v, r.frames) for t in range(stream.num_steps) for v, _, r in stream.clip_refs(t, range(stream.batch_size))])
+        finally:
+            stream.close()
+    assert seen[0] == seen[1] == seen[2]
+    assert len(seen[0]) == 8 and {v for v, _ in seen[0]} == {0, 1}  # a sample of both held-out videos

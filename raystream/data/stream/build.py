@@ -38,7 +38,13 @@ def build_stream(data_cfg, stream_cfg, rank: int = 0, world_size: int = 1) -> Cl
 
 def build_heldout_stream(data_cfg, stream_cfg) -> ClipStream:
     """One pass (rank 0 of 1) over held-out videos for out-of-stream evaluation: `data.heldout_videos`, or for
-    the demo the same generator with another seed and held-out digits."""
+    the demo the same generator with another seed and held-out digits.
+
+    The pass is read in one order for every run, shuffled with seed 0, whatever the run's own order and seed: an
+    evaluation reads its first `eval.heldout_batches` batches, which are then the same sample of all held-out videos
+    for every run, so runs batched along time, along video or shuffled are compared on the same clips (read in the
+    run's order, along time they were the first clips of one held-out video, and along video a held-out set needed
+    a video for every slot)."""
     if data_cfg.heldout_videos is not None:
         spec = data_cfg.heldout_videos
     elif data_cfg.videos is None:
@@ -46,15 +52,19 @@ def build_heldout_stream(data_cfg, stream_cfg) -> ClipStream:
     else:
         raise DataError("`data.heldout_videos` is not set: out-of-stream evaluation on your own videos needs "
                         "held-out videos (a list, directory or manifest)")
-    return _stream_over(spec, "data.heldout_videos", data_cfg, _one_pass(stream_cfg), 0, 1)
+    return _stream_over(spec, "data.heldout_videos", data_cfg, _heldout_pass(stream_cfg), 0, 1)
 
 
-def _one_pass(stream_cfg):
-    """A copy of `stream_cfg` (DictConfig, dataclass or namespace) with epochs = 1."""
+HELDOUT_PASS = {"epochs": 1, "order": "shuffled", "seed": 0}  # the held-out pass, the same for every run
+
+
+def _heldout_pass(stream_cfg):
+    """A copy of `stream_cfg` (DictConfig, dataclass or namespace) with HELDOUT_PASS's values."""
     if OmegaConf.is_config(stream_cfg):
-        return OmegaConf.merge(stream_cfg, {"epochs": 1})
+        return OmegaConf.merge(stream_cfg, HELDOUT_PASS)
     out = copy.copy(stream_cfg)
-    object.__setattr__(out, "epochs", 1)
+    for key, value in HELDOUT_PASS.items():
+        object.__setattr__(out, key, value)
     return out
 
 

@@ -1,7 +1,8 @@
 """Frame-exact on the codecs of the paper's datasets: H.264 with B-frames (Kinetics, Ego4D), VP9 and VP8 in webm
 (SSv2), HEVC 8 and 10 bit, AV1, MPEG-4 part 2 and MJPEG in AVI, and a variable-frame-rate H.264 .mkv. Every frame
-of every streamed clip is the source frame the clip names, with both decoders; where decord reads a file wrong,
-the stream reads it with PyAV and says so. See rs_codecs for how the videos are written."""
+of every streamed clip is the source frame the clip names, with every installed decoder (torchcodec, decord, PyAV)
+and with `auto`; where a decoder reads a file wrong, the stream reads it with another one and says so. See rs_codecs
+for how the videos are written."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from rs_codecs import CODECS, NAMES, write_coded
 from rs_data_helpers import data_cfg, read_block, stream_cfg
 
 from raystream.data import DataError, build_stream
-from raystream.data.decode.backends import open_reader
+from raystream.data.decode.backends import installed_decoders, open_reader
 from raystream.data.decode.exact import misread
 from raystream.data.videos.index import write_index
 
@@ -46,9 +47,15 @@ def _video(coded, name):
     return coded[name]
 
 
-@pytest.mark.filterwarnings("ignore:.*decord would read:UserWarning")  # said and checked in the test below
+# the codec campaign runs against each decoder installed here (and auto); the others are named as skipped
+CAMPAIGN = [pytest.param(d, marks=pytest.mark.skipif(d not in installed_decoders(), reason=f"{d} is not installed"))
+            for d in ("torchcodec", "decord", "pyav")] + ["auto"]
+needs_decord = pytest.mark.skipif("decord" not in installed_decoders(), reason="decord is not installed")
+
+
+@pytest.mark.filterwarnings("ignore:.*would read:UserWarning")  # said and checked in the tests below
 @pytest.mark.parametrize("order", ["batch_along_time", "shuffled"])
-@pytest.mark.parametrize("decoder", ["decord", "pyav"])
+@pytest.mark.parametrize("decoder", CAMPAIGN)
 @pytest.mark.parametrize("name", NAMES)
 def test_every_streamed_frame_is_the_frame_its_clip_names(coded, name, decoder, order):
     path, vid = _video(coded, name)
@@ -65,6 +72,7 @@ def test_every_streamed_frame_is_the_frame_its_clip_names(coded, name, decoder, 
     assert seen == stream.num_steps * 4 * 3 > 0
 
 
+@needs_decord
 def test_files_decord_misreads_are_read_with_pyav_said_once(coded):
     """One warning names each video decord would read wrong and why; decord alone does read those wrong (the
     check is not over-eager: on the others decord streams exactly, the test above)."""
@@ -109,7 +117,7 @@ def bad_containers(coded, tmp_path_factory):
     return bad
 
 
-@pytest.mark.parametrize("decoder", ["decord", "pyav"])
+@pytest.mark.parametrize("decoder", CAMPAIGN)
 def test_truncated_empty_or_non_video_files_are_named_before_the_stream_or_skipped(coded, bad_containers, decoder):
     good, vid = _video(coded, "vp9_webm")
     for path, problem in bad_containers.items():
@@ -123,6 +131,7 @@ def test_truncated_empty_or_non_video_files_are_named_before_the_stream_or_skipp
     assert read_block(batch.frames[0, 0]) == (vid, batch.clips[0].frames[0])
 
 
+@needs_decord
 def test_the_index_keeps_the_decord_verdict(coded, tmp_path):
     """`raystream data index` records why decord would misread a video; a stream built from the index (no probe)
     reads it with PyAV all the same, and exactly."""
@@ -139,6 +148,7 @@ def test_the_index_keeps_the_decord_verdict(coded, tmp_path):
             assert [read_block(batch.frames[i, j]) for j in range(3)] == [(vid, f) for f in ref.frames]
 
 
+@needs_decord
 def test_the_check_names_each_way_decord_and_the_container_can_disagree(coded, block_videos):
     """exact.misread on real readers of two files that differ in one respect each: frame count, keyframes,
     timestamps (the same 48 frames and keyframes at constant and at variable frame rate); same file: agreement."""

@@ -39,7 +39,14 @@ def cuda_unavailable() -> Optional[str]:
 
     if not torch.cuda.is_available():
         return f"torch {torch.__version__} sees no CUDA device"
-    return torchcodec_unavailable()
+    why = torchcodec_unavailable()
+    if why is None:
+        import torchcodec
+
+        if str(torchcodec.__version__).endswith("+cpu"):
+            return (f"torchcodec {torchcodec.__version__} is a CPU build: install the CUDA build matching torch "
+                    f"{torch.__version__} (docs/videos.md)")
+    return why
 
 
 def decode_device(requested: str, decoder: str) -> Tuple[str, Optional[str]]:

@@ -86,7 +86,7 @@ def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[in
     out: Dict[int, tuple] = {}
     start = 0
     while start < len(paths):
-        proc = subprocess.Popen([sys.executable, "-m", "raystream.data.videos.probing", decoder],
+        proc = subprocess.Popen([sys.executable, "-m", "raystream.data.videos.probing", decoder, *_candidates(decoder)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         proc.stdin.write(json.dumps(paths[start:]))
         proc.stdin.close()
@@ -125,6 +125,13 @@ def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[in
     return out
 
 
+def _candidates(decoder: str) -> List[str]:
+    """The decoders the probe tries on each file before PyAV: `decoder`, or with `auto` the installed ones."""
+    if decoder == "auto":
+        return [d for d in installed_decoders() if d != "pyav"]
+    return [] if decoder == "pyav" else [decoder]
+
+
 def _pump(stream, lines: "queue.Queue[Optional[str]]") -> None:
     for line in stream:
         if line.strip():
@@ -132,7 +139,7 @@ def _pump(stream, lines: "queue.Queue[Optional[str]]") -> None:
     lines.put(None)
 
 
-def _probe_one(path: str, decoder: str) -> dict:
+def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None) -> dict:
     """Open `path`, decode its first and last frames; a dict with the facts or an `error`.
 
     The container is read with PyAV first (its FFmpeg messages say what is wrong: no video stream, zero frames,
@@ -150,11 +157,8 @@ def _probe_one(path: str, decoder: str) -> dict:
         cut = facts.truncation()
         if cut is not None:
             return {"error": f"truncated or corrupt: {cut}"}
-        candidates = [d for d in installed_decoders() if d != "pyav"] if decoder == "auto" else [decoder]
         reader, chosen, passed = facts, "pyav", []
-        for name in candidates:
-            if name == "pyav":
-                break
+        for name in _candidates(decoder) if candidates is None else candidates:
             try:
                 opened.append(open_reader(path, name, max_read_through=1 << 30))
                 because = misread(opened[-1], facts, name) or _ends(opened[-1], path)
@@ -204,8 +208,9 @@ def _strip_path(message: str, path: str) -> str:
 
 
 def _child_main() -> None:
-    decoder = sys.argv[1]
-    installed_decoders()  # import the decoders before the first file's clock starts
+    decoder, candidates = sys.argv[1], sys.argv[2:]
+    for name in ["pyav", *candidates]:  # import the decoders (only these) before the first file's clock starts
+        unavailable(name)
     paths = json.loads(sys.stdin.read())
     # a test hook: every file's decode takes at least this long, a stuck decode the tests can rely on
     delay_s = float(os.environ.get("RAYSTREAM_PROBE_DELAY_S", "0"))
@@ -213,7 +218,7 @@ def _child_main() -> None:
         print(json.dumps({"started": i}), flush=True)
         if delay_s:
             time.sleep(delay_s)
-        print(json.dumps({"i": i, **_probe_one(path, decoder)}), flush=True)
+        print(json.dumps({"i": i, **_probe_one(path, decoder, candidates)}), flush=True)
 
 
 if __name__ == "__main__":

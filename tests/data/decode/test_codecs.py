@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import warnings
 
 import av
 import pytest
@@ -19,6 +21,7 @@ from raystream.data import DataError, build_stream
 from raystream.data.decode.backends import installed_decoders, open_reader
 from raystream.data.decode.exact import misread
 from raystream.data.videos.index import write_index
+from raystream.data.videos.probing import _probe_one
 
 
 def _encoder_missing(encoder: str) -> bool:
@@ -162,3 +165,48 @@ def test_the_check_names_each_way_decord_and_the_container_can_disagree(coded, b
     hevc = _video(coded, "hevc_mp4")[0]
     assert "decord puts keyframe 1 at frame 9, the container at frame 12" in misread(open_reader(hevc, "decord"),
                                                                                     open_reader(hevc, "pyav"))
+
+
+def test_auto_takes_per_file_the_first_installed_decoder_that_reads_it_exactly(coded):
+    """The probe's choice under data.decoder=auto, for a given list of installed decoders: a file the first one
+    would misread (HEVC's open GOP for decord) or cannot open (AV1 for decord 0.6) goes to the next, PyAV at the
+    latest, and says why; a file it reads exactly stays with it. With torchcodec installed, it reads every codec."""
+    hevc, h264 = _video(coded, "hevc_mp4")[0], _video(coded, "h264_bframes_mp4")[0]
+    if "decord" in installed_decoders():
+        got = _probe_one(hevc, "auto", ["decord"])
+        assert got["decoded_by"] == "pyav" and "decord: decord puts keyframe 1 at frame 9" in got["pyav_because"]
+        assert _probe_one(h264, "auto", ["decord"])["decoded_by"] == "decord"
+        if "av1_mp4" in coded:
+            got = _probe_one(coded["av1_mp4"][0], "auto", ["decord"])
+            assert got["decoded_by"] == "pyav" and got["pyav_because"].startswith("decord: ")
+    assert _probe_one(hevc, "auto", [])["decoded_by"] == "pyav"
+    if "torchcodec" not in installed_decoders():
+        return
+    assert _probe_one(hevc, "auto", ["torchcodec", "decord"]) == {**_probe_one(hevc, "pyav", []),
+                                                                   "decoded_by": "torchcodec"}
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        stream = build_stream(data_cfg([p for p, _ in coded.values()], decoder="auto"), stream_cfg())
+    assert not [w for w in said if "would read" in str(w.message)]  # nothing to say: torchcodec reads every file
+    assert {v.decoder("auto") for v in stream.videos} == {"torchcodec"}
+
+
+@pytest.mark.parametrize("decoder", CAMPAIGN)
+def test_the_variable_frame_rate_mkv_streams_within_seconds(coded, decoder):
+    """Before frame tables, PyAV looked for frame 0 of this file until data.decode_timeout_s ran out (its indices
+    came from timestamp x rate, which skips some here); every decoder now streams it whole well within 10 s."""
+    path, vid = _video(coded, "h264_vfr_mkv")
+    stream = build_stream(data_cfg([path], decoder=decoder, decode_timeout_s=10.0, max_read_through=1),
+                          stream_cfg(order="shuffled"))
+    start = time.monotonic()
+    for batch in stream.batches():
+        assert [read_block(batch.frames[0, j]) for j in range(3)] == [(vid, f) for f in batch.clips[0].frames]
+    assert time.monotonic() - start < 10.0
+
+
+def test_a_decoder_that_is_not_installed_is_named_before_any_file_is_opened(coded, tmp_path):
+    missing = [d for d in ("torchcodec", "decord") if d not in installed_decoders()]
+    if not missing:
+        pytest.skip("every decoder is installed here (tests/test_install_without_decord.py runs without them)")
+    with pytest.raises(DataError, match=f"data.decoder = {missing[0]}: {missing[0]} is not installed"):
+        build_stream(data_cfg([_video(coded, "h264_bframes_mp4")[0]], decoder=missing[0]), stream_cfg())

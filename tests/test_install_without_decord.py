@@ -10,7 +10,6 @@ raystream into it (editable, offline, no dependencies), and runs the demo's stre
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -18,9 +17,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-CHECKOUT = Path(__file__).resolve().parents[1]
-TINY_TRAIN = ["stream.batch_size=4", "trainer.max_steps=2", "trainer.checkpoint_every=2", "trainer.log_every=1",
-              "trainer.report_every=2", "eval.metrics=[]", "trainer.correlation_steps=1", "optimizer.warmup_steps=1"]
+from test_wheel import CHECKOUT, TINY_TRAIN, _run
+
 PLATFORMS = {  # the environment markers of each machine (PEP 508)
     "x86_64 Linux": {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux"},
     "aarch64 Linux (GH200, Graviton)": {"platform_system": "Linux", "platform_machine": "aarch64",
@@ -48,13 +46,6 @@ def test_decord_is_required_only_where_it_has_wheels_and_pyav_everywhere():
     # PyPI's 0.12 and 0.13 are the CPU builds that load beside the CPU torch 2.13 wheel; 0.14+ need CUDA
     assert torchcodec.name == "torchcodec" and torchcodec.specifier.contains("0.13.0")
     assert not torchcodec.specifier.contains("0.14.0") and not torchcodec.specifier.contains("0.11.1")
-
-
-def _run(cmd, timeout=240, **kw) -> subprocess.CompletedProcess:
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
-    assert out.returncode == 0, f"{' '.join(map(str, cmd))} exited {out.returncode}:\n{out.stdout[-3000:]}\n" \
-                                f"{out.stderr[-3000:]}"
-    return out
 
 
 def _venv_without(root: Path, hidden: tuple) -> Path:

@@ -86,7 +86,8 @@ def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[in
     out: Dict[int, tuple] = {}
     start = 0
     while start < len(paths):
-        proc = subprocess.Popen([sys.executable, "-m", "raystream.data.videos.probing", decoder, *_candidates(decoder)],
+        proc = subprocess.Popen([sys.executable, "-m", "raystream.data.videos.probing", decoder,
+                                 *_candidates(decoder)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         proc.stdin.write(json.dumps(paths[start:]))
         proc.stdin.close()
@@ -133,9 +134,10 @@ def _candidates(decoder: str) -> List[str]:
 
 
 def _pump(stream, lines: "queue.Queue[Optional[str]]") -> None:
-    for line in stream:
-        if line.strip():
-            lines.put(line)
+    with stream:  # closed at the child's end (exit, crash or kill), so no pipe is left to the garbage collector
+        for line in stream:
+            if line.strip():
+                lines.put(line)
     lines.put(None)
 
 

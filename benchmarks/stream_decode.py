@@ -2,6 +2,11 @@
 over the video (the decoder's limit), in the paper's DoRA and VideoMAE settings, with 1 and 2 decode workers.
 
     python benchmarks/stream_decode.py [--frames 1200] [--long-frames 3600] [--canvas 256] [--resolution 224]
+    python benchmarks/stream_decode.py --decoders [--frames-1080p 120] [--repeat 3] [--json PATH]
+
+`--decoders`: frames/s per installed decoder (torchcodec CPU, decord, PyAV; torchcodec CUDA where a GPU is), 1 and
+2 decode workers, on a demo video and a 1080p H.264 file with B-frames: raystream/bench/decoders.py, the same code
+as `raystream bench --decoders`. What follows is the default run (decord against PyAV and the baselines).
 
 A walking_tour demo video (scikit-image photos panned at 60 fps, x264 crf 23, default GOP of 250) is written once
 into a temporary folder. Every measurement runs in a fresh child process, so its peak RSS is its own:
@@ -137,6 +142,10 @@ def run_child(args, method: str, setting: str, decoder: str = "decord", reset_fr
 
 
 def main() -> int:
+    if "--decoders" in sys.argv[1:]:
+        from raystream.bench.decoders import main as decoders_main
+
+        return decoders_main([a for a in sys.argv[1:] if a != "--decoders"])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--frames", type=int, default=1200, help="frames of the 60 fps benchmark video")
     p.add_argument("--long-frames", type=int, default=3600,

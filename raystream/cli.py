@@ -11,6 +11,7 @@
     raystream data index VIDEOS [overrides]
     raystream bench  [overrides] [--device cpu|cuda] [--steps N] [--json PATH] [--time-budget S] [--compile MODE]
     raystream bench --eval [--device cpu|cuda] [--json PATH]
+    raystream bench --decoders [--json PATH]
 
 Every subcommand composes and checks the config first, so a bad key fails before Ray starts; `train` and `sweep`
 also check the MLflow tracking store and the evaluation data before Ray starts, `eval` its target, probe set and
@@ -127,6 +128,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--eval", action="store_true",
                    help="an evaluation worker's rates instead (ViT-S images/s, ViT-B clips/s, an attentive-probe "
                         "step) and the paper's probe evaluations estimated from them; no experiment config used")
+    b.add_argument("--decoders", action="store_true",
+                   help="frames/s of the stream with each installed decoder (torchcodec CPU and CUDA, decord, PyAV), "
+                        "1 and 2 decode workers, on a demo video and a 1080p H.264 file; no experiment config used")
     for composing in (sub.choices["train"], sub.choices["sweep"], ps, e, i, m, x, c, b):
         composing.add_argument("--config-dir", action="append", default=[], metavar="DIR",
                                help="a directory of your own config files, searched after the shipped tree (as "
@@ -183,6 +187,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return eval_rates_main([*(["--device", args.device] if args.device else []),
                                 *(["--json", args.json] if args.json else [])])
+    if args.command == "bench" and args.decoders:
+        from raystream.bench.decoders import main as decoders_main  # lazy: see _dispatch
+
+        return decoders_main([*(["--json", args.json] if args.json else [])])
     if args.command == "bench":
         from raystream.bench.main import main as bench_main  # lazy: see _dispatch
 

@@ -57,7 +57,9 @@ class DataConfig:
     name: str = "moving_digits"
     videos: Optional[Any] = None
     heldout_videos: Optional[Any] = None
-    decoder: str = "decord"  # decord | pyav
+    decoder: str = "auto"  # auto (per file the first installed of torchcodec, decord, pyav that reads it exactly) |
+    # torchcodec | decord | pyav; docs/videos.md
+    decode_device: str = "cpu"  # cpu | cuda: torchcodec decodes on the GPU (NVDEC) and scales there; says why not
     fps: Optional[float] = None  # overrides the container's fps when it lies
     on_bad_video: str = "error"  # error | skip
     decode_timeout_s: float = 120.0  # a probe or a batch taking longer than this is a DataError, not a hang
@@ -106,6 +108,7 @@ class StreamConfig:
 
 # The options a `data` / `stream` key takes (DECODERS, DEMO_KINDS and ORDERS live with the code that implements them).
 ON_BAD_VIDEO = ("error", "skip")
+DECODE_DEVICES = ("cpu", "cuda")
 STREAM_DTYPES = ("float", "uint8")
 
 STREAM_CHECKS = [
@@ -123,6 +126,7 @@ STREAM_CHECKS = [
 
 DATA_CHECKS = [
     one_of("decoder", DECODERS),
+    one_of("decode_device", DECODE_DEVICES),
     one_of("on_bad_video", ON_BAD_VIDEO),
     Check("fps", lambda v: v is None or v > 0, "null or a positive source frame rate"),
     Check("decode_timeout_s", lambda v: v > 0, "a positive number of seconds"),

@@ -1,13 +1,16 @@
-"""Decoders behind one small interface, so the rest of raystream.data never touches decord or PyAV directly.
+"""Decoders behind one small interface, so the rest of raystream.data never touches torchcodec, decord or PyAV.
 
-    reader = open_reader(path, decoder="decord" | "pyav", max_read_through=250, size=None | (width, height))
+    reader = open_reader(path, decoder="torchcodec" | "decord" | "pyav" | "auto", max_read_through=250,
+                         size=None | (width, height), device="cpu" | "cuda")
     reader.num_frames, reader.fps, reader.height, reader.width     # height, width: of the frames `get` returns
     reader.get(indices)   # ascending source-frame indices -> uint8 array (n, H, W, 3), RGB
     reader.keyframes      # source-frame indices of the keyframes (where a segment can start without a seek back)
     reader.frame_times    # seconds from the first frame to each frame (decord: its index; PyAV: the packets)
     reader.close()
 
-Frame i is the i-th frame in presentation order, whatever its timestamp (docs/videos.md), with both backends.
+Frame i is the i-th frame in presentation order, whatever its timestamp (docs/videos.md), with every backend.
+torchcodec's reader lives in torchcodec_reader.py (it also decodes on the GPU: `device="cuda"`); `auto` opens the
+first installed of PREFERENCE (the probe, videos/probing.py, picks per file the first that reads it exactly).
 
 With `size`, frames are scaled inside the decoder (libswscale, bilinear: decord's VideoReader width/height, PyAV's
 `to_ndarray(width=, height=)`), so nobody resizes them in Python. Readers are created per decode worker (never
@@ -31,21 +34,52 @@ import numpy as np
 from PIL import Image
 
 from raystream.data.decode.frames import scaled_size
+from raystream.data.decode.torchcodec_reader import TorchCodecReader, torchcodec_unavailable
 from raystream.data.errors import DataError
 
-DECODERS = ("decord", "pyav")  # the values data.decoder takes
+PREFERENCE = ("torchcodec", "decord", "pyav")  # what data.decoder=auto tries, in this order, where installed
+DECODERS = ("auto",) + PREFERENCE  # the values data.decoder takes
 
 
-def open_reader(path: str, decoder: str = "decord", max_read_through: int = 250, decord_reset_frames: int = 1,
-                size: Optional[Tuple[int, int]] = None):
-    """A reader of `path` with `decoder` (one of DECODERS), returning frames scaled to `size` = (width,
-    height) when given; raises DataError naming the file when it cannot be opened."""
-    readers = {"decord": lambda: DecordReader(path, reset_frames=decord_reset_frames, size=size),
+def open_reader(path: str, decoder: str = "auto", max_read_through: int = 250, decord_reset_frames: int = 1,
+                size: Optional[Tuple[int, int]] = None, device: str = "cpu"):
+    """A reader of `path` with `decoder` (one of DECODERS; `auto`: the first installed of PREFERENCE), returning
+    frames scaled to `size` = (width, height) when given, decoded on `device` (torchcodec only: "cuda" = NVDEC);
+    raises DataError naming the file when it cannot be opened, and naming the decoder when it is not installed."""
+    readers = {"torchcodec": lambda: TorchCodecReader(path, size=size, device=device),
+               "decord": lambda: DecordReader(path, reset_frames=decord_reset_frames, size=size),
                "pyav": lambda: PyAVReader(path, max_read_through=max_read_through, size=size)}
-    assert tuple(readers) == DECODERS, "every decoder of DECODERS has a reader here"
+    assert tuple(readers) == PREFERENCE, "every decoder of PREFERENCE has a reader here"
+    if decoder == "auto":
+        decoder = installed_decoders()[0]
     if decoder not in readers:
         raise DataError(f"data.decoder = {decoder!r}: expected one of {', '.join(DECODERS)}")
+    missing = unavailable(decoder)
+    if missing is not None:
+        raise DataError(f"data.decoder = {decoder}: {missing}")
     return readers[decoder]()
+
+
+def unavailable(decoder: str) -> Optional[str]:
+    """Why `decoder` (one of PREFERENCE) cannot decode in this environment; None when it loads (asked once)."""
+    if decoder not in _UNAVAILABLE:
+        if decoder == "torchcodec":
+            _UNAVAILABLE[decoder] = torchcodec_unavailable()
+        else:
+            try:
+                __import__("av" if decoder == "pyav" else decoder)
+                _UNAVAILABLE[decoder] = None
+            except ImportError as exc:
+                _UNAVAILABLE[decoder] = f"{decoder} is not installed here ({_first_line(exc)})"
+    return _UNAVAILABLE[decoder]
+
+
+_UNAVAILABLE: dict = {}  # decoder -> why it cannot load here, or None
+
+
+def installed_decoders() -> Tuple[str, ...]:
+    """The decoders of PREFERENCE that load here, in that order (PyAV, a requirement, is everywhere)."""
+    return tuple(d for d in PREFERENCE if unavailable(d) is None)
 
 
 def _decord_errors() -> tuple:
@@ -387,11 +421,16 @@ def _span(indices: Sequence[int]) -> str:
 
 
 def open_scaled_reader(info, resolution: int, decoder: str, max_read_through: int = 250,
-                       decord_reset_frames: int = 1):
+                       decord_reset_frames: int = 1, device: str = "cpu"):
     """A reader of `info.path` whose frames come out of the decoder with their short side at `resolution` (ready
-    for frames.crop_square), decoded by `decoder` or, where decord would read the video wrong, by PyAV.
+    for frames.crop_square), decoded by the decoder the probe chose for it (`info.decoder(decoder)`), on `device`
+    where that is torchcodec.
 
     `info`: a checked video (videos/listing.py's VideoInfo: path, width, height, decoder(configured))."""
     size = scaled_size(info.width, info.height, resolution)
-    return open_reader(info.path, info.decoder(decoder), max_read_through, decord_reset_frames,
-                       size=None if size == (info.width, info.height) else size)
+    chosen = info.decoder(decoder)
+    if chosen == "auto":
+        chosen = installed_decoders()[0]
+    return open_reader(info.path, chosen, max_read_through, decord_reset_frames,
+                       size=None if size == (info.width, info.height) else size,
+                       device=device if chosen == "torchcodec" else "cpu")

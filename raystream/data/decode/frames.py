@@ -31,7 +31,8 @@ def scaled_size(width: int, height: int, resolution: int) -> Tuple[int, int]:
 
 def crop_square(frames: np.ndarray, resolution: int, out: Optional[np.ndarray] = None) -> np.ndarray:
     """uint8 (n, h, w, 3) decoded at `scaled_size` -> uint8 (n, 3, r, r): the centered r x r square, channels first
-    (written into `out` when given).
+    (written into `out` when given). Frames decoded on the GPU (a CUDA tensor, torchcodec_reader.py) are cropped
+    there and only the square is copied to the host.
 
     The offset is the source crop's offset scaled, so the square covers the same part of the frame as
     `square_resize`'s (to within a scaled pixel)."""
@@ -39,7 +40,10 @@ def crop_square(frames: np.ndarray, resolution: int, out: Optional[np.ndarray] =
     if min(h, w) < resolution:
         raise ValueError(f"frames of {w}x{h} are smaller than the {resolution} px square cropped from them")
     top, left = (h - resolution) // 2, (w - resolution) // 2
-    square = frames[:, top:top + resolution, left:left + resolution].transpose(0, 3, 1, 2)
+    square = frames[:, top:top + resolution, left:left + resolution]
+    if not isinstance(square, np.ndarray):  # a torch tensor from the GPU decoder
+        square = square.cpu().numpy()
+    square = square.transpose(0, 3, 1, 2)
     if out is None:
         return np.ascontiguousarray(square)
     out[...] = square

@@ -20,6 +20,7 @@ import os
 import queue
 import threading
 import time
+import warnings
 from concurrent.futures import Future
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 
 from raystream.data.decode.backends import open_reader, open_scaled_reader
+from raystream.data.decode.torchcodec_reader import decode_device
 from raystream.data.decode.plan import Job, Plan, Segments
 from raystream.data.decode.workers import DecodeWorkers, default_decode_workers
 from raystream.data.errors import DataError
@@ -84,6 +86,9 @@ class ClipStream:
         self.dtype = str(stream_cfg.dtype)
         self.epochs = int(stream_cfg.epochs)
         self.decoder = str(data_cfg.decoder)
+        self.decode_device, why = decode_device(str(data_cfg.decode_device), self.decoder)
+        if why is not None:
+            warnings.warn(why, stacklevel=2)
         self.timeout_s = float(data_cfg.decode_timeout_s)
         self.prefetch = int(data_cfg.prefetch)
         self.max_read_through = int(data_cfg.max_read_through)
@@ -340,7 +345,7 @@ class ClipStream:
     def _open_reader(self, v: int):
         with self._local(v):
             return open_scaled_reader(self.videos[v], self.resolution, self.decoder, self.max_read_through,
-                                      self.decord_reset_frames)
+                                      self.decord_reset_frames, self.decode_device)
 
     def _local(self, v: int):
         """Video `v` on this node's disk while the block opens it (a no-op for local files)."""

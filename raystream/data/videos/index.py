@@ -127,12 +127,15 @@ def describe_videos(entries: Sequence[VideoEntry], data_cfg, key: str) -> Tuple[
 
 
 def _say_pyav_reads(videos: Sequence[VideoInfo], data_cfg, key: str) -> None:
-    """One warning naming the videos decord would read wrong, which PyAV reads instead (exact.py)."""
-    fallback = [v for v in videos if v.decoder(str(data_cfg.decoder)) != str(data_cfg.decoder)]
+    """One warning naming the videos the configured (preferred) decoder would read wrong, which another decoder
+    reads instead (exact.py)."""
+    configured = str(data_cfg.decoder)
+    fallback = [v for v in videos if v.pyav_because and v.decoder(configured) != configured]
     if fallback:
-        listing = "\n".join(f"  {v.given}: {v.pyav_because}" for v in fallback)
-        warnings.warn(f"`{key}`: decord would read {len(fallback)} video(s) wrong; PyAV reads them instead "
-                      f"(exact, slower):\n{listing}", stacklevel=3)
+        name = "the preferred decoder" if configured == "auto" else configured
+        listing = "\n".join(f"  {v.given}: {v.pyav_because} -> {v.decoder(configured)}" for v in fallback)
+        warnings.warn(f"`{key}`: {name} would read {len(fallback)} video(s) wrong; another decoder reads them "
+                      f"instead (exact):\n{listing}", stacklevel=3)
 
 
 def _probe(todo: List[int], entries: Sequence[VideoEntry], data_cfg, cache,
@@ -152,7 +155,7 @@ def _probe(todo: List[int], entries: Sequence[VideoEntry], data_cfg, cache,
                 results[i] = (None, problems.get(e.path, "unusable"))
             else:
                 results[i] = (VideoInfo(info.path, info.num_frames, info.fps, info.height, info.width, e.label,
-                                        e.source, info.pyav_because), None)
+                                        e.source, info.pyav_because, info.decoded_by), None)
     return results
 
 
@@ -193,7 +196,7 @@ def _from_record(record: dict, entry: VideoEntry, data_cfg, cache) -> VideoInfo:
         source = replace(source, etag=str(record["etag"]))
     path = cache.path_of(source) if source is not None else entry.path
     return VideoInfo(path, int(record["num_frames"]), fps, int(record["height"]), int(record["width"]),
-                     entry.label, source, record.get("pyav_because"))
+                     entry.label, source, record.get("pyav_because"), record.get("decoded_by"))
 
 
 def write_index(spec, data_cfg, key: str = "data.videos") -> Tuple[List[str], List[Tuple[str, str]]]:
@@ -221,7 +224,7 @@ def write_index(spec, data_cfg, key: str = "data.videos") -> Tuple[List[str], Li
         per_dir.setdefault(_parent(e.path), {})[_name(e.path)] = {
             "num_frames": info.num_frames, "fps": info.fps, "height": info.height, "width": info.width,
             "size": size, "mtime_ns": mtime_ns, "etag": info.source.etag if info.source is not None else None,
-            "pyav_because": info.pyav_because}
+            "pyav_because": info.pyav_because, "decoded_by": info.decoded_by}
     written = []
     for directory, records in sorted(per_dir.items()):
         merged = {**read_index(directory, key), **records}

@@ -46,10 +46,16 @@ class VideoInfo:
     width: int
     label: Optional[str] = None
     source: Optional[RemoteObject] = None
-    pyav_because: Optional[str] = None  # why decord reads this video wrong (decode/exact.py): PyAV reads it
+    pyav_because: Optional[str] = None  # why the configured (preferred) decoder reads it wrong (decode/exact.py)
+    decoded_by: Optional[str] = None  # the decoder the probe found exact for it (None: an index from before)
 
     def decoder(self, configured: str) -> str:
-        """The decoder that reads this video: `configured` (data.decoder), or PyAV where decord reads it wrong."""
+        """The decoder that reads this video: `configured` (data.decoder) where the probe found it exact; with
+        `auto` the one the probe chose; PyAV where the configured one reads it wrong."""
+        if configured == "auto" and self.decoded_by:
+            return self.decoded_by
+        if configured == "pyav" or self.decoded_by == configured:
+            return configured
         return "pyav" if self.pyav_because else configured
 
     @property

@@ -3,8 +3,10 @@
 `probe_videos` opens each file with the configured decoder in a child process (`python -m
 raystream.data.videos.probing`) and decodes its first and last frames, so a missing, non-video, truncated/corrupt or
 empty file is reported by name before training; and a file that makes the decoder hang or abort costs at most
-`decode_timeout_s` and becomes an error, not a frozen sweep. A file decord would read wrong (decode/exact.py) is
-marked for PyAV (`VideoInfo.pyav_because`); see docs/videos.md.
+`decode_timeout_s` and becomes an error, not a frozen sweep. Each file gets the decoder that reads it exactly
+(decode/exact.py): the configured one, or with `auto` the first installed of torchcodec, decord, PyAV; a file the
+configured (preferred) decoder would read wrong or cannot open goes to the next, PyAV at the latest
+(`VideoInfo.decoded_by`, why in `VideoInfo.pyav_because`); see docs/videos.md.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from raystream.data.decode.backends import open_reader
+from raystream.data.decode.backends import installed_decoders, open_reader, unavailable
 from raystream.data.decode.exact import misread
 from raystream.data.errors import DataError
 from raystream.data.videos.listing import VideoEntry, VideoInfo
@@ -36,7 +38,11 @@ def _cache_key(path: str, decoder: str) -> Optional[tuple]:
 
 def probe_videos(entries: Sequence[VideoEntry], decoder: str, timeout_s: float,
                  fps_override: Optional[float] = None) -> Tuple[List[VideoInfo], List[Tuple[str, str]]]:
-    """(good videos in order, [(path, problem)] for the bad ones). Results are cached per (file, size, mtime)."""
+    """(good videos in order, [(path, problem)] for the bad ones). Results are cached per (file, size, mtime).
+    A configured decoder that is not installed is a DataError saying so, before any file is opened."""
+    if decoder not in ("auto", "pyav") and unavailable(decoder) is not None:
+        raise DataError(f"data.decoder = {decoder}: {unavailable(decoder)}; data.decoder=auto uses what is installed "
+                        f"({', '.join(installed_decoders())})")
     results: Dict[int, Tuple[Optional[VideoInfo], Optional[str]]] = {}
     todo: List[int] = []
     for i, e in enumerate(entries):
@@ -71,7 +77,7 @@ def probe_videos(entries: Sequence[VideoEntry], decoder: str, timeout_s: float,
             bad.append((e.path, "the container gives no frame rate: set data.fps"))
             continue
         good.append(VideoInfo(e.path, info.num_frames, fps, info.height, info.width, e.label,
-                              pyav_because=info.pyav_because))
+                              pyav_because=info.pyav_because, decoded_by=info.decoded_by))
     return good, bad
 
 
@@ -80,7 +86,8 @@ def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[in
     out: Dict[int, tuple] = {}
     start = 0
     while start < len(paths):
-        proc = subprocess.Popen([sys.executable, "-m", "raystream.data.videos.probing", decoder],
+        proc = subprocess.Popen([sys.executable, "-m", "raystream.data.videos.probing", decoder,
+                                 *_candidates(decoder)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         proc.stdin.write(json.dumps(paths[start:]))
         proc.stdin.close()
@@ -111,7 +118,7 @@ def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[in
                 out[i] = (None, msg["error"])
             else:
                 out[i] = (VideoInfo(paths[i], msg["num_frames"], msg["fps"], msg["height"], msg["width"],
-                                    pyav_because=msg.get("pyav_because")), None)
+                                    pyav_because=msg.get("pyav_because"), decoded_by=msg.get("decoded_by")), None)
             current = i + 1
         else:
             proc.wait()
@@ -119,20 +126,29 @@ def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[in
     return out
 
 
+def _candidates(decoder: str) -> List[str]:
+    """The decoders the probe tries on each file before PyAV: `decoder`, or with `auto` the installed ones."""
+    if decoder == "auto":
+        return [d for d in installed_decoders() if d != "pyav"]
+    return [] if decoder == "pyav" else [decoder]
+
+
 def _pump(stream, lines: "queue.Queue[Optional[str]]") -> None:
-    for line in stream:
-        if line.strip():
-            lines.put(line)
+    with stream:  # closed at the child's end (exit, crash or kill), so no pipe is left to the garbage collector
+        for line in stream:
+            if line.strip():
+                lines.put(line)
     lines.put(None)
 
 
-def _probe_one(path: str, decoder: str) -> dict:
+def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None) -> dict:
     """Open `path`, decode its first and last frames; a dict with the facts or an `error`.
 
     The container is read with PyAV first (its FFmpeg messages say what is wrong: no video stream, zero frames,
-    invalid data), and its packets must hold the frames the container states (PyAVReader.truncation). With
-    data.decoder=decord, decord must then open the file, index it as the container does (exact.misread) and decode
-    its first and last frames; where it cannot, PyAV must, and reads the file (`pyav_because` says why).
+    invalid data), and its packets must hold the frames the container states (PyAVReader.truncation). Then each
+    candidate decoder (`data.decoder`, or with `auto` the installed ones in order) must open the file, index it as
+    the container does (exact.misread) and decode its first and last frames; the first that does reads the file
+    (`decoded_by`), PyAV where none does (`pyav_because` says why each was passed over).
     """
     opened = []
     try:
@@ -143,20 +159,22 @@ def _probe_one(path: str, decoder: str) -> dict:
         cut = facts.truncation()
         if cut is not None:
             return {"error": f"truncated or corrupt: {cut}"}
-        reader, because = facts, None
-        if decoder != "pyav":
+        reader, chosen, passed = facts, "pyav", []
+        for name in _candidates(decoder) if candidates is None else candidates:
             try:
-                opened.append(open_reader(path, decoder, max_read_through=1 << 30))
-                because = misread(opened[-1], facts) or _ends(opened[-1], path)
-            except DataError as exc:  # PyAV reads the container, decord cannot
+                opened.append(open_reader(path, name, max_read_through=1 << 30))
+                because = misread(opened[-1], facts, name) or _ends(opened[-1], path)
+            except DataError as exc:  # PyAV reads the container, this decoder cannot
                 because = _strip_path(str(exc), path)
             if because is None:
-                reader = opened[-1]
+                reader, chosen = opened[-1], name
+                break
+            passed.append(f"{name}: {because}" if decoder == "auto" else because)
         problem = _ends(reader, path) if reader is facts else None
         if problem is not None:
             return {"error": problem}
         return {"num_frames": reader.num_frames, "fps": reader.fps, "height": reader.height, "width": reader.width,
-                "pyav_because": because}
+                "pyav_because": "; ".join(passed) or None, "decoded_by": chosen}
     except DataError as exc:
         return {"error": _strip_path(str(exc), path)}
     except Exception as exc:  # noqa: BLE001 - any decoder failure is a property of this file, reported by name
@@ -192,8 +210,9 @@ def _strip_path(message: str, path: str) -> str:
 
 
 def _child_main() -> None:
-    decoder = sys.argv[1]
-    __import__("decord" if decoder == "decord" else "av")  # import before the first file's clock starts
+    decoder, candidates = sys.argv[1], sys.argv[2:]
+    for name in ["pyav", *candidates]:  # import the decoders (only these) before the first file's clock starts
+        unavailable(name)
     paths = json.loads(sys.stdin.read())
     # a test hook: every file's decode takes at least this long, a stuck decode the tests can rely on
     delay_s = float(os.environ.get("RAYSTREAM_PROBE_DELAY_S", "0"))
@@ -201,7 +220,7 @@ def _child_main() -> None:
         print(json.dumps({"started": i}), flush=True)
         if delay_s:
             time.sleep(delay_s)
-        print(json.dumps({"i": i, **_probe_one(path, decoder)}), flush=True)
+        print(json.dumps({"i": i, **_probe_one(path, decoder, candidates)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """Frame-exact on the codecs of the paper's datasets: H.264 with B-frames (Kinetics, Ego4D), VP9 and VP8 in webm
 (SSv2), HEVC 8 and 10 bit, AV1, MPEG-4 part 2 and MJPEG in AVI, and a variable-frame-rate H.264 .mkv. Every frame
-of every streamed clip is the source frame the clip names, with both decoders; where decord reads a file wrong,
-the stream reads it with PyAV and says so. See rs_codecs for how the videos are written."""
+of every streamed clip is the source frame the clip names, with every installed decoder (torchcodec, decord, PyAV)
+and with `auto`; where a decoder reads a file wrong, the stream reads it with another one and says so. See rs_codecs
+for how the videos are written."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
+import warnings
 
 import av
 import pytest
@@ -15,9 +18,10 @@ from rs_codecs import CODECS, NAMES, write_coded
 from rs_data_helpers import data_cfg, read_block, stream_cfg
 
 from raystream.data import DataError, build_stream
-from raystream.data.decode.backends import open_reader
+from raystream.data.decode.backends import installed_decoders, open_reader
 from raystream.data.decode.exact import misread
 from raystream.data.videos.index import write_index
+from raystream.data.videos.probing import _probe_one
 
 
 def _encoder_missing(encoder: str) -> bool:
@@ -46,9 +50,15 @@ def _video(coded, name):
     return coded[name]
 
 
-@pytest.mark.filterwarnings("ignore:.*decord would read:UserWarning")  # said and checked in the test below
+# the codec campaign runs against each decoder installed here (and auto); the others are named as skipped
+CAMPAIGN = [pytest.param(d, marks=pytest.mark.skipif(d not in installed_decoders(), reason=f"{d} is not installed"))
+            for d in ("torchcodec", "decord", "pyav")] + ["auto"]
+needs_decord = pytest.mark.skipif("decord" not in installed_decoders(), reason="decord is not installed")
+
+
+@pytest.mark.filterwarnings("ignore:.*would read:UserWarning")  # said and checked in the tests below
 @pytest.mark.parametrize("order", ["batch_along_time", "shuffled"])
-@pytest.mark.parametrize("decoder", ["decord", "pyav"])
+@pytest.mark.parametrize("decoder", CAMPAIGN)
 @pytest.mark.parametrize("name", NAMES)
 def test_every_streamed_frame_is_the_frame_its_clip_names(coded, name, decoder, order):
     path, vid = _video(coded, name)
@@ -65,6 +75,7 @@ def test_every_streamed_frame_is_the_frame_its_clip_names(coded, name, decoder, 
     assert seen == stream.num_steps * 4 * 3 > 0
 
 
+@needs_decord
 def test_files_decord_misreads_are_read_with_pyav_said_once(coded):
     """One warning names each video decord would read wrong and why; decord alone does read those wrong (the
     check is not over-eager: on the others decord streams exactly, the test above)."""
@@ -109,7 +120,7 @@ def bad_containers(coded, tmp_path_factory):
     return bad
 
 
-@pytest.mark.parametrize("decoder", ["decord", "pyav"])
+@pytest.mark.parametrize("decoder", CAMPAIGN)
 def test_truncated_empty_or_non_video_files_are_named_before_the_stream_or_skipped(coded, bad_containers, decoder):
     good, vid = _video(coded, "vp9_webm")
     for path, problem in bad_containers.items():
@@ -123,6 +134,7 @@ def test_truncated_empty_or_non_video_files_are_named_before_the_stream_or_skipp
     assert read_block(batch.frames[0, 0]) == (vid, batch.clips[0].frames[0])
 
 
+@needs_decord
 def test_the_index_keeps_the_decord_verdict(coded, tmp_path):
     """`raystream data index` records why decord would misread a video; a stream built from the index (no probe)
     reads it with PyAV all the same, and exactly."""
@@ -139,6 +151,7 @@ def test_the_index_keeps_the_decord_verdict(coded, tmp_path):
             assert [read_block(batch.frames[i, j]) for j in range(3)] == [(vid, f) for f in ref.frames]
 
 
+@needs_decord
 def test_the_check_names_each_way_decord_and_the_container_can_disagree(coded, block_videos):
     """exact.misread on real readers of two files that differ in one respect each: frame count, keyframes,
     timestamps (the same 48 frames and keyframes at constant and at variable frame rate); same file: agreement."""
@@ -152,3 +165,48 @@ def test_the_check_names_each_way_decord_and_the_container_can_disagree(coded, b
     hevc = _video(coded, "hevc_mp4")[0]
     assert "decord puts keyframe 1 at frame 9, the container at frame 12" in misread(open_reader(hevc, "decord"),
                                                                                     open_reader(hevc, "pyav"))
+
+
+def test_auto_takes_per_file_the_first_installed_decoder_that_reads_it_exactly(coded):
+    """The probe's choice under data.decoder=auto, for a given list of installed decoders: a file the first one
+    would misread (HEVC's open GOP for decord) or cannot open (AV1 for decord 0.6) goes to the next, PyAV at the
+    latest, and says why; a file it reads exactly stays with it. With torchcodec installed, it reads every codec."""
+    hevc, h264 = _video(coded, "hevc_mp4")[0], _video(coded, "h264_bframes_mp4")[0]
+    if "decord" in installed_decoders():
+        got = _probe_one(hevc, "auto", ["decord"])
+        assert got["decoded_by"] == "pyav" and "decord: decord puts keyframe 1 at frame 9" in got["pyav_because"]
+        assert _probe_one(h264, "auto", ["decord"])["decoded_by"] == "decord"
+        if "av1_mp4" in coded:
+            got = _probe_one(coded["av1_mp4"][0], "auto", ["decord"])
+            assert got["decoded_by"] == "pyav" and got["pyav_because"].startswith("decord: ")
+    assert _probe_one(hevc, "auto", [])["decoded_by"] == "pyav"
+    if "torchcodec" not in installed_decoders():
+        return
+    assert _probe_one(hevc, "auto", ["torchcodec", "decord"]) == {**_probe_one(hevc, "pyav", []),
+                                                                   "decoded_by": "torchcodec"}
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        stream = build_stream(data_cfg([p for p, _ in coded.values()], decoder="auto"), stream_cfg())
+    assert not [w for w in said if "would read" in str(w.message)]  # nothing to say: torchcodec reads every file
+    assert {v.decoder("auto") for v in stream.videos} == {"torchcodec"}
+
+
+@pytest.mark.parametrize("decoder", CAMPAIGN)
+def test_the_variable_frame_rate_mkv_streams_within_seconds(coded, decoder):
+    """Before frame tables, PyAV looked for frame 0 of this file until data.decode_timeout_s ran out (its indices
+    came from timestamp x rate, which skips some here); every decoder now streams it whole well within 10 s."""
+    path, vid = _video(coded, "h264_vfr_mkv")
+    stream = build_stream(data_cfg([path], decoder=decoder, decode_timeout_s=10.0, max_read_through=1),
+                          stream_cfg(order="shuffled"))
+    start = time.monotonic()
+    for batch in stream.batches():
+        assert [read_block(batch.frames[0, j]) for j in range(3)] == [(vid, f) for f in batch.clips[0].frames]
+    assert time.monotonic() - start < 10.0
+
+
+def test_a_decoder_that_is_not_installed_is_named_before_any_file_is_opened(coded, tmp_path):
+    missing = [d for d in ("torchcodec", "decord") if d not in installed_decoders()]
+    if not missing:
+        pytest.skip("every decoder is installed here (tests/test_install_without_decord.py runs without them)")
+    with pytest.raises(DataError, match=f"data.decoder = {missing[0]}: {missing[0]} is not installed"):
+        build_stream(data_cfg([_video(coded, "h264_bframes_mp4")[0]], decoder=missing[0]), stream_cfg())

@@ -198,3 +198,26 @@ def test_both_decoders_find_the_keyframes_segments_start_at(block_videos):
         assert keys[0] == keys[1] == list(range(0, n, gop))
         segments = Segments(keys[0], n, max_frames=4)
         assert segments.starts[:3] == [0, 4, min(8, gop)] and segments.of(n - 1) == len(segments.starts) - 1
+
+
+def test_decode_device_cuda_falls_back_to_the_cpu_saying_why_in_one_line(block_videos):
+    """data.decode_device=cuda where frames cannot be decoded on the GPU (no CUDA device, a CPU torchcodec build,
+    another decoder): one warning of one line saying why, and the same batches as on the CPU. On a GPU node
+    `raystream bench --decoders` measures the NVDEC path instead."""
+    from raystream.data.decode.torchcodec_reader import cuda_unavailable
+
+    if cuda_unavailable() is None:
+        pytest.skip("this machine decodes on the GPU (raystream bench --decoders measures it)")
+    s = stream_cfg(order="shuffled")
+    cpu = _all(build_stream(data_cfg(block_videos), s))
+    for decoder in ("auto", "pyav"):
+        with pytest.warns(UserWarning, match="data.decode_device=cuda") as said:
+            stream = build_stream(data_cfg(block_videos, decoder=decoder, decode_device="cuda"), s)
+        (line,) = [str(w.message) for w in said if "decode_device" in str(w.message)]
+        assert "\n" not in line and (cuda_unavailable() in line if decoder == "auto" else "torchcodec only" in line)
+        assert stream.decode_device == "cpu"
+        _same(_all(stream), cpu)
+    from raystream.config import ConfigError, compose
+
+    with pytest.raises(ConfigError, match="decode_device"):
+        compose(["data.decode_device=gpu"])

@@ -1,0 +1,22 @@
+"""`raystream bench --decoders` (raystream/bench/decoders.py) on this machine's decoders: a row per installed decoder,
+frames/s of a real stream, and which decoder the probe let read the file."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from raystream.bench.decoders import rows_to_measure, stream_rate
+from raystream.data.decode.backends import installed_decoders
+from raystream.data.decode.torchcodec_reader import cuda_unavailable
+from raystream.data.demo.encode import write_video
+
+
+def test_a_row_per_installed_decoder_with_its_rate_and_who_read_the_file(tmp_path):
+    rows = rows_to_measure()
+    assert [d for _, d, dev in rows if dev == "cpu"] == list(installed_decoders())
+    assert any(dev == "cuda" for _, _, dev in rows) == (cuda_unavailable() is None)
+    frames = np.random.default_rng(0).integers(0, 255, (60, 120, 160, 3), dtype=np.uint8)
+    video = str(write_video(tmp_path / "v.mp4", frames, 30.0, gop=8))
+    label, decoder, device = rows[0]  # the first (auto's choice); the campaign in tests/data/decode streams the others
+    r = stream_rate(video, decoder, device, workers=2, repeat=1)
+    assert r["read_by"] == decoder and r["frames"] == 8 * 8 and r["frames_per_s"] > 0, label

@@ -184,7 +184,8 @@ def catch_up(where: str, what: str, tracking_uri: Optional[str] = None) -> None:
 
 def main(file: str, tracking_uri: Optional[str] = None) -> int:
     """`raystream tracking upload FILE [--tracking-uri URI]` (FILE: a record, or a run directory holding one):
-    exit 0 when the record is mirrored in full, 1 when the store still fails, 2 when there is no record."""
+    exit 0 when every whole event is written (said "in full" only when the record also ends with its `end`; a torn
+    last line or a missing end is named), 1 when the store still fails, 2 when there is no record."""
     where = file if file.rstrip("/").endswith(ev.FILE_NAME) else ev.path_in(file)
     record = ev.Record(where)
     if not record.exists:
@@ -199,6 +200,21 @@ def main(file: str, tracking_uri: Optional[str] = None) -> int:
               f"{type(exc).__name__}: {text[0] if text else ''}; {len(record.pending())} events of {where} are "
               f"still to write: run the command again", file=sys.stderr)
         return 1
-    print(f"raystream tracking upload: {pending} events of {where} written ({written} metric values); the record "
-          f"is mirrored in full")
+    whole = record.read()
+    tear = record.torn()
+    ended = bool(whole) and whole[-1][0]["kind"] == "end"
+    done = f"raystream tracking upload: {pending} events of {where} written ({written} metric values)"
+    if tear is None and ended:
+        print(f"{done}; the record is mirrored in full")
+        return 0
+    told = [done]
+    if tear is not None:
+        told.append(f"its last line {tear[0]} (byte {tear[1]}, {tear[2]} bytes) was cut short (a kill or a full "
+                    f"disk) and is skipped")
+    if not ended:
+        runs = sorted({e["run"] for e, _ in whole if e.get("run")})
+        told.append(f"the record holds no end of MLflow run {', '.join(runs) or '?'}, which stays as it was "
+                    f"(RUNNING): the run was stopped before its end; resuming it (the same command with its "
+                    f"trainer.run_name) ends it")
+    print("; ".join(told), file=sys.stderr)
     return 0

@@ -40,6 +40,7 @@ from raystream.train.loop import train_loop_per_worker
 from raystream.train.preflight import check_backbone_init, check_local_cpus, check_resources, stream_plan
 from raystream.train.ray_start import start_ray
 from raystream.train.torch_backend import torch_config
+from raystream.tune.lock import RunLock
 from raystream.uris import first_line
 
 RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume
@@ -144,7 +145,8 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     Returned keys: `loss` (mean over the last report window), `eval/*` (final evaluation and in-stream averages),
     `step`, `steps_done`, `start_step` (step the last attempt started at: > 0 after a restart or resume),
     `mlflow_run_id`, `run_name`, `run_dir`, `checkpoint_path`.
-    Raises ConfigError / DataError before any worker starts; Ray's TrainingFailedError when the workers fail more
+    Raises ConfigError / DataError before any worker starts (`RunLocked`, a ConfigError, when another process runs
+    the same run: one writer per run, `raystream.tune.lock`); Ray's TrainingFailedError when the workers fail more
     than `trainer.max_failures` times; DivergedError at the first non-finite loss or gradient (no retry);
     `Interrupted` on Ctrl-C or SIGTERM (`main` prints the command that resumes the run).
     Same run name + storage path again resumes from the newest complete checkpoint on storage (`checkpoint.latest`;
@@ -157,6 +159,21 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     name = run_name or cfg.trainer.run_name or default_run_name(cfg)
     cfg.trainer.run_name = name
     check(cfg)
+    storage = results.resolve(cfg.trainer.storage_path)  # local directory or s3:// / gs:// URI
+    run_dir = storage.child(name)
+    # One writer per run: a second `raystream train` of it refuses here (RunLocked, exit 2), before Ray starts; a
+    # sweep's trial (a parent run) runs under its sweep's lock.
+    lock = RunLock(run_dir, name).acquire() if mlflow_parent_run_id is None else None
+    try:
+        return _fit(cfg, name, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags, init_checked)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags,
+         init_checked) -> Dict[str, Any]:
+    """`fit`'s work, under the run's lock."""
     # A checkpoint that does not fit the model: before Ray starts (once per model in a sweep)
     init_line = init_checked if init_checked is not None else check_backbone_init(cfg)
     check_local_cpus(cfg.trainer)  # a local run: before Ray starts
@@ -164,8 +181,6 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
     check_resources(cfg.trainer, cluster_capacity())  # what the cluster can grow to (autoscaler)
 
-    storage = results.resolve(cfg.trainer.storage_path)  # local directory or s3:// / gs:// URI
-    run_dir = storage.child(name)
     local_run_dir = run_dir.uri if run_dir.local else None
     info = run_dir.read_json(RUN_INFO_FILE) or {}
     fs = run_dir.filesystem

@@ -7,6 +7,7 @@ One JSON object a line, each one MLflow write (`run`: the MLflow run id it goes 
     {"kind": "open", "run", "tracking_uri"}              where the events after it go (written at each opening)
     {"kind": "metrics", "run", "step", "timestamp", "values": {key: value}}   one step's metric values
     {"kind": "tag", "run", "key", "value"}
+    {"kind": "untag", "run", "key"}                      the tag is removed (an earlier attempt's error, on success)
     {"kind": "json" | "text", "run", "name", "content"}  an artifact file `name` with this content
     {"kind": "files", "run", "folder", "sources"}        files (paths or URIs) copied under an artifact folder
     {"kind": "plots", "run", "title"}                    the gradient-cosine plots, from the run's metric history
@@ -60,6 +61,10 @@ def metrics(run: str, step: int, values: Dict[str, float], timestamp: int) -> Di
 
 def tag(run: str, key: str, value: Any) -> Dict[str, Any]:
     return {"kind": "tag", "run": run, "key": key, "value": str(value)}
+
+
+def untag(run: str, key: str) -> Dict[str, Any]:
+    return {"kind": "untag", "run": run, "key": key}
 
 
 def artifact(run: str, name: str, content: Any) -> Dict[str, Any]:

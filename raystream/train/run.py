@@ -28,7 +28,7 @@ from ray.train.torch import TorchTrainer
 from raystream.config import ConfigError, check, flatten
 from raystream.data import DataError
 from raystream.tracking import events, names
-from raystream.tracking.mirror import catch_up, mirror_now
+from raystream.tracking.mirror import DRAIN_S, catch_up, drain, mirror_now
 from raystream.tracking.store import client as mlflow_client_for
 from raystream.tracking.store import end_run, failing_fast, retry, start_run, tracking_uri
 from raystream.train import checkpoint as ckpt_files
@@ -95,8 +95,9 @@ def _log_params(client, run_id: str, params: Dict[str, Any]) -> None:
 def run_end(cfg, run_id: str, checkpoint_uri: Optional[str], log_model: bool) -> List[Dict[str, Any]]:
     """The events the driver appends to the run's record once training has finished (`raystream.tracking.events`):
     the `finished` status tag, config.yaml, the gradient-cosine plots from the run's full history, the final
-    checkpoint's model (only `model.pt` and `meta.json`, not the optimizer state), FINISHED."""
-    end = [events.tag(run_id, names.TAG_STATUS, "finished"),
+    checkpoint's model (only `model.pt` and `meta.json`, not the optimizer state), no `raystream.error` (an earlier
+    attempt's: the record keeps it), FINISHED."""
+    end = [events.tag(run_id, names.TAG_STATUS, "finished"), events.untag(run_id, names.TAG_ERROR),
            events.artifact(run_id, names.ARTIFACT_CONFIG, OmegaConf.to_yaml(cfg, resolve=True)),
            events.plots(run_id, f"{cfg.trainer.run_name} ({cfg.optimizer.name}, {cfg.stream.order})")]
     if log_model and checkpoint_uri:
@@ -174,6 +175,8 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
 def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags,
          init_checked) -> Dict[str, Any]:
     """`fit`'s work, under the run's lock."""
+    record = events.path_in(run_dir.uri)  # the run's record: what it writes to MLflow, mirrored from there
+    catch_up(record, "an earlier attempt of this run")  # first: what a killed attempt left (kill -9) into MLflow
     # A checkpoint that does not fit the model: before Ray starts (once per model in a sweep)
     init_line = init_checked if init_checked is not None else check_backbone_init(cfg)
     check_local_cpus(cfg.trainer)  # a local run: before Ray starts
@@ -187,14 +190,12 @@ def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_
     resume = ckpt_files.latest(fs, run_dir.path)  # (path, meta) of the newest complete checkpoint, or None
     uri = tracking_uri(cfg)
     client = mlflow_client_for(uri)
-    record = events.path_in(run_dir.uri)  # the run's record: what it writes to MLflow, mirrored from there
-    catch_up(record, "an earlier attempt of this run")
     tags = {**(mlflow_tags or {}), names.TAG_RUN_DIR: run_dir.uri}
     if init_line:
         tags[names.TAG_INIT] = init_line
     run_id = start_run(client, experiment=cfg.mlflow.experiment, uri=uri, run_name=name,
                        parent_run_id=mlflow_parent_run_id, tags=tags, resume_run_id=info.get("mlflow_run_id"))
-    with _closed_on_failure(client, run_id, name) as received:  # KILLED / FAILED with the cause, whatever stops it
+    with _closed_on_failure(record, uri, run_id, name) as received:  # KILLED / FAILED, whatever stops it
         if resume is not None and info.get("mlflow_run_id") and run_id != info["mlflow_run_id"]:
             _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
         _log_params(client, run_id, flatten(cfg))
@@ -247,9 +248,11 @@ def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_
 
 
 @contextmanager
-def _closed_on_failure(client, run_id: str, name: str) -> Iterator[Dict[str, str]]:
+def _closed_on_failure(record: str, uri: str, run_id: str, name: str) -> Iterator[Dict[str, str]]:
     """Whatever stops the run while its MLflow run is open ends that run: FAILED (a worker error after the retries,
-    divergence, a storage error) or KILLED (Ctrl-C, SIGTERM: `Interrupted`), with the cause in `raystream.error`.
+    divergence, a storage error) or KILLED (Ctrl-C, SIGTERM: `Interrupted`), with the cause in `raystream.error`,
+    through its record, which is then drained into MLflow (at most `DRAIN_S`; what is left and the upload command
+    are printed).
     SIGTERM (a job scheduler, `timeout`, `ray job stop`) is handled as Ctrl-C; the yielded dict names the signal.
     TrackingUnavailable passes through: the store is away, and the upload it names closes the run."""
     received: Dict[str, str] = {}
@@ -262,7 +265,7 @@ def _closed_on_failure(client, run_id: str, name: str) -> Iterator[Dict[str, str
             # Ray Train's SIGINT handler aborts the controller and exits the driver's wait with SystemExit.
             interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit))
             signame = received.get("signal", "SIGINT")
-            _close_failed(client, run_id, exc, interrupted, signame)
+            _close_failed(record, uri, run_id, exc, interrupted, signame)
             if interrupted:
                 raise Interrupted(f"run {name} interrupted by {signame}", signame) from None
             raise
@@ -275,21 +278,36 @@ def _log_skipped_videos(client, run_id: str, skipped: List[Tuple[str, str]]) -> 
                                   names.ARTIFACT_SKIPPED_VIDEOS), "log skipped videos")
 
 
-def _close_failed(client, run_id: str, exc: BaseException, interrupted: bool, signame: str = "SIGINT") -> None:
-    """End the MLflow run KILLED (interrupted by `signame`) or FAILED, with the cause in `raystream.error`; an
-    MLflow error here (the store may be away too) is printed, never raised over the training error."""
+def _close_failed(record: str, uri: str, run_id: str, exc: BaseException, interrupted: bool,
+                  signame: str = "SIGINT") -> None:
+    """End the MLflow run KILLED (interrupted by `signame`) or FAILED, with the cause in `raystream.error`: appended
+    to the run's record, which is drained into MLflow with everything rank 0's writer had not written yet, waiting
+    at most `DRAIN_S` s. Nothing here is raised over the training error (a full disk or a store that is away is
+    printed)."""
+    if interrupted:
+        reason = names.interrupted_cause(signame)
+    else:
+        reason = str(exc) if isinstance(exc, DivergedError) else f"{type(exc).__name__}: {exc}"
+    end = [events.opened(run_id, uri), events.tag(run_id, names.TAG_ERROR, reason[:5000])]
+    if isinstance(exc, DivergedError):
+        end.append(events.tag(run_id, names.TAG_STATUS, "diverged"))
+    status = "KILLED" if interrupted else "FAILED"
     try:
-        with failing_fast():
-            if interrupted:
-                reason = names.interrupted_cause(signame)
-            else:
-                reason = str(exc) if isinstance(exc, DivergedError) else f"{type(exc).__name__}: {exc}"
-            retry(lambda: client.set_tag(run_id, names.TAG_ERROR, reason[:5000]), "tag run")
-            if isinstance(exc, DivergedError):
-                retry(lambda: client.set_tag(run_id, names.TAG_STATUS, "diverged"), "tag run")
-            end_run(client, run_id, status="KILLED" if interrupted else "FAILED")
-    except Exception as mlflow_exc:  # keep the training error, not MLflow's
-        print(f"raystream: could not close MLflow run {run_id}: {mlflow_exc}", file=sys.stderr)
+        out = events.Record(record)
+        out.append([*end, events.end(run_id, status, int(time.time() * 1000))])
+        out.close()
+    except Exception as write_exc:  # a full disk: the run is closed straight in MLflow instead
+        print(f"raystream: could not append the run's end to {record} ({first_line(write_exc, 300)}): closing "
+              f"MLflow run {run_id} {status} directly", file=sys.stderr, flush=True)
+        try:
+            with failing_fast():
+                client = mlflow_client_for(uri)
+                for e in end[1:]:
+                    retry(lambda e=e: client.set_tag(run_id, e["key"], e["value"]), "tag run")
+                end_run(client, run_id, status=status)
+        except Exception as mlflow_exc:  # keep the training error, not MLflow's
+            print(f"raystream: could not close MLflow run {run_id}: {first_line(mlflow_exc, 300)}", file=sys.stderr)
+    drain(record, f"run {run_id}", DRAIN_S)
 
 
 def _warn_history_lost(client, run_id: str, name: str, info: Dict[str, Any], uri: str, step: int) -> None:

@@ -37,6 +37,7 @@ import tempfile
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from raystream import diskspace
 from raystream.uris import filesystem_at, is_uri
 
 FILE_NAME = "events.jsonl"
@@ -120,17 +121,32 @@ class Record:
             os.makedirs(os.path.dirname(self.local), exist_ok=True)
             self.seal()
             self._out = open(self.local, "a", encoding="utf-8")
-        for event in events:
-            self._out.write(json.dumps(event, sort_keys=True) + "\n")
+        text = "".join(json.dumps(event, sort_keys=True) + "\n" for event in events)
+        try:
+            self._out.write(text)
+        except OSError as exc:
+            raise self._full(exc, len(text.encode())) from None
 
     def flush(self) -> None:
         if self._out is not None:
-            self._out.flush()
+            try:
+                self._out.flush()
+            except OSError as exc:
+                raise self._full(exc, None) from None
+
+    def _full(self, exc: OSError, needed: Optional[int]) -> OSError:
+        """A write of the record that failed for space, named (`raystream.diskspace`); other errors as they are."""
+        if not diskspace.is_full(exc):
+            return exc
+        return diskspace.named(exc, self.local, needed)
 
     def close(self) -> None:
         if self._out is not None:
-            self._out.close()
-            self._out = None
+            out, self._out = self._out, None
+            try:
+                out.close()
+            except OSError as exc:
+                raise self._full(exc, None) from None
         self.sync(force=True)
 
     def read(self, start: int = 0, limit: Optional[int] = None) -> List[Tuple[Dict[str, Any], int]]:
@@ -200,9 +216,14 @@ class Record:
 
     def set_mirrored(self, offset: int) -> None:
         tmp = f"{self.local}{MIRRORED_SUFFIX}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(str(offset))
-        os.replace(tmp, self.local + MIRRORED_SUFFIX)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(str(offset))
+            os.replace(tmp, self.local + MIRRORED_SUFFIX)
+        except OSError as exc:  # a full disk: no temp file left behind (the mark stays where it was)
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise self._full(exc, len(str(offset))) from None
 
     def pending(self) -> List[Dict[str, Any]]:
         """The events the mirror has not written yet."""

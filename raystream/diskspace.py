@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 TORCH_WRITE_FAILED = ("unexpected pos", "basic_ios::clear", "file write failed")
 
@@ -78,6 +78,21 @@ def named(exc: BaseException, path: str, needed: Optional[int], local: bool = Tr
     """`exc` (a write of `path` that failed for space) as DiskFull, with the free space of `path`'s disk."""
     return DiskFull(path, needed, free_bytes(path) if local else None, f"{type(exc).__name__}: "
                     f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}")
+
+
+# ---- no retry: a full disk fails the run once (a restart would redo the steps and fail the same way) ----------------
+FULL_KEY = "disk_full"
+
+
+def as_result(exc: DiskFull) -> Dict[str, Any]:
+    """What a worker returns to the driver instead of raising DiskFull (a raise is retried as a worker failure)."""
+    return {FULL_KEY: str(exc), "path": exc.path, "needed": exc.needed, "free": exc.free}
+
+
+def raise_if_full(final: Optional[Dict[str, Any]]) -> None:
+    """On the driver: raise the DiskFull a worker returned (`as_result`)."""
+    if final and final.get(FULL_KEY):
+        raise _rebuild(str(final[FULL_KEY]), final.get("path", ""), final.get("needed"), final.get("free"))
 
 
 def _mb(n: Optional[int]) -> str:

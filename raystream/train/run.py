@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from raystream import diskspace
 from raystream.config import ConfigError, check, flatten
 from raystream.data import DataError
 from raystream.tracking import events, names
@@ -229,6 +230,7 @@ def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_
         result = trainer.fit()
         signals.raise_if_signalled(received)  # SIGTERM: Ray Train aborted the run gracefully
         raise_if_diverged(result.return_value)
+        diskspace.raise_if_full(result.return_value)  # a full disk: failed once, no retry
         kept = {Path(c.path).name for c, _ in result.best_checkpoints or []}
         if result.checkpoint is not None:
             kept.add(Path(result.checkpoint.path).name)

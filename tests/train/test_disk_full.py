@@ -86,3 +86,27 @@ def test_a_record_on_a_full_disk_is_named_and_the_run_still_ends_in_mlflow(small
     resumed.append([events.end(run_id, "FINISHED")])
     resumed.close()
     assert [e for e, _ in events.Record(str(path)).read()] == [*whole, events.end(run_id, "FINISHED")]
+
+
+@pytest.mark.slow
+def test_a_run_whose_disk_fills_fails_once_naming_it(small_disk, ray_cluster, tiny_overrides, workdir, monkeypatch):
+    """A one-worker run with trainer.storage_path on the full tmpfs: its first checkpoint does not fit. The run
+    exits 1 naming the file, its size and the free space, with no restart (one `open` in its record: one attempt),
+    and the MLflow run ends FAILED with the cause."""
+    import json
+
+    from raystream.cli import main as cli_main
+
+    storage = small_disk / "results"
+    _fill(small_disk, 600 * 1024)  # the record and Ray's own files fit; a checkpoint does not
+    overrides = [*tiny_overrides("trainer.num_workers=1", "trainer.run_name=full", "trainer.correlation_steps=0"),
+                 f"trainer.storage_path={storage}"]
+    monkeypatch.setenv("RAY_ADDRESS", ray_cluster)
+    assert cli_main(["train", *overrides]) == 1
+    record = [json.loads(line) for line in (storage / "full" / events.FILE_NAME).read_text().splitlines()]
+    assert sum(e["kind"] == "open" for e in record) == 2  # rank 0's writer once (no restart), the driver's end
+    run_id = json.loads((storage / "full" / "raystream_run.json").read_text())["mlflow_run_id"]
+    got = make_client(workdir["mlflow"]).get_run(run_id)
+    assert got.info.status == "FAILED" and "no space left to write" in got.data.tags["raystream.error"]
+    assert "MiB needed" in got.data.tags["raystream.error"] and "MiB free" in got.data.tags["raystream.error"]
+    assert not list((storage / "full").glob("**/*.tmp"))

@@ -199,10 +199,11 @@ def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_
     with _closed_on_failure(record, uri, run_id, name) as received:  # KILLED / FAILED, whatever stops it
         if resume is not None and info.get("mlflow_run_id") and run_id != info["mlflow_run_id"]:
             _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
+        # at once: a run (a sweep's trial) stopped before its first step reopens this MLflow run when resumed
+        run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
         _log_params(client, run_id, flatten(cfg))
         if skipped_videos:  # data.on_bad_video=skip: which videos the run left out, and why
             _log_skipped_videos(client, run_id, skipped_videos)
-        run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
 
         tcfg = cfg.trainer
         resources = {"CPU": float(tcfg.cpus_per_worker), **({"GPU": 1} if tcfg.use_gpu else {})}

@@ -123,9 +123,14 @@ class SweepLock:
                     f.write(data)
                 return True
             tmp = f"{self.path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.path)
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, self.path)
+            except OSError:  # a full disk: no temp file left behind (the heartbeat says so and tries again)
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+                raise
             return True
         self.where.filesystem.create_dir(self.where.path, recursive=True)
         with self.where.filesystem.open_output_stream(self.path) as f:

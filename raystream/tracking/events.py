@@ -7,6 +7,7 @@ One JSON object a line, each one MLflow write (`run`: the MLflow run id it goes 
     {"kind": "open", "run", "tracking_uri"}              where the events after it go (written at each opening)
     {"kind": "metrics", "run", "step", "timestamp", "values": {key: value}}   one step's metric values
     {"kind": "tag", "run", "key", "value"}
+    {"kind": "untag", "run", "key"}                      the tag is removed (an earlier attempt's error, on success)
     {"kind": "json" | "text", "run", "name", "content"}  an artifact file `name` with this content
     {"kind": "files", "run", "folder", "sources"}        files (paths or URIs) copied under an artifact folder
     {"kind": "plots", "run", "title"}                    the gradient-cosine plots, from the run's metric history
@@ -17,6 +18,11 @@ One JSON object a line, each one MLflow write (`run`: the MLflow run id it goes 
     {"kind": "end", "run", "status", "end_time"}         the run ends so (end_time: epoch ms, or null: now)
 Beside it, `events.jsonl.mirrored` holds how far (in bytes) the mirror got.
 
+A record survives its own tear (a kill or a full disk mid-line): a reader stops before a last line without its
+newline (`torn` names it: line number, byte offset), skips a whole line in the middle that is not one event, naming
+it once with its line number and offset, and a writer that opens a record ending without a newline first cuts that
+torn line off (`seal`, said once), so the events it appends are never glued onto half a line.
+
 A run directory in a bucket: the record is appended to a local copy (under the system temp directory) and copied
 whole to the bucket by `sync()` (rank 0 at most every SYNC_PERIOD_S and when it closes, the driver at the end).
 """
@@ -26,10 +32,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
+from raystream import diskspace
 from raystream.uris import filesystem_at, is_uri
 
 FILE_NAME = "events.jsonl"
@@ -54,6 +62,10 @@ def metrics(run: str, step: int, values: Dict[str, float], timestamp: int) -> Di
 
 def tag(run: str, key: str, value: Any) -> Dict[str, Any]:
     return {"kind": "tag", "run": run, "key": key, "value": str(value)}
+
+
+def untag(run: str, key: str) -> Dict[str, Any]:
+    return {"kind": "untag", "run": run, "key": key}
 
 
 def artifact(run: str, name: str, content: Any) -> Dict[str, Any]:
@@ -103,25 +115,44 @@ class Record:
         return os.path.isfile(self.local)
 
     def append(self, events: Iterable[Dict[str, Any]]) -> None:
-        """Append `events` (buffered: `flush` makes them readable to the mirror)."""
+        """Append `events` (buffered: `flush` makes them readable to the mirror); a torn last line is cut off
+        first (`seal`)."""
         if self._out is None:
             os.makedirs(os.path.dirname(self.local), exist_ok=True)
+            self.seal()
             self._out = open(self.local, "a", encoding="utf-8")
-        for event in events:
-            self._out.write(json.dumps(event, sort_keys=True) + "\n")
+        text = "".join(json.dumps(event, sort_keys=True) + "\n" for event in events)
+        try:
+            self._out.write(text)
+        except OSError as exc:
+            raise self._full(exc, len(text.encode())) from None
 
     def flush(self) -> None:
         if self._out is not None:
-            self._out.flush()
+            try:
+                self._out.flush()
+            except OSError as exc:
+                raise self._full(exc, None) from None
+
+    def _full(self, exc: OSError, needed: Optional[int]) -> OSError:
+        """A write of the record that failed for space, named (`raystream.diskspace`); other errors as they are."""
+        if not diskspace.is_full(exc):
+            return exc
+        return diskspace.named(exc, self.local, needed)
 
     def close(self) -> None:
         if self._out is not None:
-            self._out.close()
-            self._out = None
+            out, self._out = self._out, None
+            try:
+                out.close()
+            except OSError as exc:
+                raise self._full(exc, None) from None
         self.sync(force=True)
 
     def read(self, start: int = 0, limit: Optional[int] = None) -> List[Tuple[Dict[str, Any], int]]:
-        """(event, the byte offset just after it) of each complete line from byte `start` on (the first `limit`)."""
+        """(event, the byte offset just after it) of each complete line from byte `start` on (the first `limit`).
+        A last line without its newline is left out (being written, or torn: `torn` names it); a whole line that
+        is not one event (a tear that an older writer appended to) is skipped, named once on stderr."""
         if not self.exists:
             return []
         found, offset = [], start
@@ -132,8 +163,47 @@ class Record:
                     break  # being written, or enough
                 offset += len(line)
                 if line.strip():
-                    found.append((json.loads(line), offset))
+                    event = _event(line)
+                    if event is None:
+                        self._name_broken(offset - len(line), len(line))
+                    else:
+                        found.append((event, offset))
         return found
+
+    def torn(self) -> Optional[Tuple[int, int, int]]:
+        """(line number, byte offset, bytes) of a last line without its newline (a kill or a full disk cut it,
+        or it is being written), or None when the record ends with a whole line."""
+        if not self.exists:
+            return None
+        size = os.path.getsize(self.local)
+        if size == 0:
+            return None
+        with open(self.local, "rb") as f:
+            data = f.read()
+        if data.endswith(b"\n"):
+            return None
+        start = data.rfind(b"\n") + 1
+        return data.count(b"\n", 0, start) + 1, start, size - start
+
+    def seal(self) -> None:
+        """Before appending: cut off a torn last line, so that the next event starts a line of its own (what the
+        torn line held is lost; the events before it are whole). Said once, naming the line."""
+        tear = self.torn()
+        if tear is None:
+            return
+        line, offset, size = tear
+        os.truncate(self.local, offset)
+        print(f"raystream: {self.where}: line {line} (byte {offset}, {size} bytes) was cut short (a kill or a full "
+              f"disk): removed before appending", file=sys.stderr, flush=True)
+
+    def _name_broken(self, offset: int, size: int) -> None:
+        if (self.local, offset) in _NAMED:
+            return
+        _NAMED.add((self.local, offset))
+        with open(self.local, "rb") as f:
+            line = f.read(offset).count(b"\n") + 1
+        print(f"raystream: WARNING: {self.where}: line {line} (byte {offset}, {size} bytes) is not one whole event "
+              f"(a torn line that more was written after): skipped", file=sys.stderr, flush=True)
 
     @property
     def mirrored(self) -> int:
@@ -146,9 +216,14 @@ class Record:
 
     def set_mirrored(self, offset: int) -> None:
         tmp = f"{self.local}{MIRRORED_SUFFIX}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(str(offset))
-        os.replace(tmp, self.local + MIRRORED_SUFFIX)
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(str(offset))
+            os.replace(tmp, self.local + MIRRORED_SUFFIX)
+        except OSError as exc:  # a full disk: no temp file left behind (the mark stays where it was)
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise self._full(exc, len(str(offset))) from None
 
     def pending(self) -> List[Dict[str, Any]]:
         """The events the mirror has not written yet."""
@@ -196,6 +271,18 @@ class Record:
             if fs.get_file_info(remote).type == pafs.FileType.File:
                 with fs.open_input_stream(remote) as f, open(local, "wb") as out:
                     out.write(f.read())
+
+
+_NAMED: set = set()  # (record, offset) of the broken lines named in this process
+
+
+def _event(line: bytes) -> Optional[Dict[str, Any]]:
+    """The event a whole line holds, or None when it is not one (torn, or two halves glued together)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and "kind" in event else None
 
 
 def _local_copy(uri: str) -> str:

@@ -14,6 +14,7 @@ import os
 import shlex
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -22,11 +23,12 @@ from raystream.tracking import names
 from raystream.tracking.plots import grad_cosine_plots, history
 from raystream.tracking.store import client as make_client
 from raystream.tracking.store import end_child_runs, failing_fast, retry
-from raystream.uris import filesystem_at
+from raystream.uris import filesystem_at, first_line
 
 MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
 CHUNK_EVENTS = 20 * MAX_METRICS_PER_BATCH  # events read from the record at a time
 RETRIES = 4  # tries of each write (sqlite "database is locked"); a store that is away fails in about a second
+DRAIN_S = 30.0  # at a run's exit (Ctrl-C, SIGTERM, a failure): the longest the driver waits for MLflow
 
 
 class Mirror:
@@ -129,6 +131,10 @@ class Mirror:
                         "tag experiment")
         elif kind == "end_children":
             end_child_runs(client, run, event["cause"], event["trials"], attempts=self.attempts)
+        elif kind == "untag":  # a tag of an earlier attempt (its error) that the run no longer carries
+            tags = self._retry(lambda: client.get_run(run).data.tags, "read tags")
+            if event["key"] in tags:
+                self._retry(lambda: client.delete_tag(run, event["key"]), "untag run")
         elif kind == "end":
             self._retry(lambda: client.set_terminated(run, status=event["status"], end_time=event["end_time"]),
                         "end run")
@@ -167,6 +173,31 @@ def mirror_now(where: str, tracking_uri: Optional[str] = None, attempts: int = R
         record.sync(force=True)
 
 
+def drain(where: str, what: str, timeout_s: float = DRAIN_S) -> int:
+    """At a run's exit: mirror the record `where` into MLflow, waiting at most `timeout_s` (a store that hangs or
+    refuses must not hold the exit), then say on stderr how many events of `what` still wait there and the command
+    that writes them. Returns that number (0: MLflow holds the whole record)."""
+    failed: List[BaseException] = []
+
+    def write() -> None:
+        try:
+            mirror_now(where)
+        except Exception as exc:  # the store is away: named below
+            failed.append(exc)
+
+    writer = threading.Thread(target=write, name="raystream-drain", daemon=True)
+    writer.start()
+    writer.join(timeout_s)
+    left = len(ev.Record(where).pending())
+    if left:
+        why = first_line(failed[0], 300) if failed else f"not done within {timeout_s:.0f} s"
+        print(f"raystream: {left} events of {what} are not in MLflow yet ({why}); they wait in {where}: write them "
+              f"with\n  {ev.UPLOAD_COMMAND} {shlex.quote(where)}", file=sys.stderr, flush=True)
+    else:
+        print(f"raystream: MLflow holds the whole record of {what} ({where})", file=sys.stderr, flush=True)
+    return left
+
+
 def catch_up(where: str, what: str, tracking_uri: Optional[str] = None) -> None:
     """Before a run or a sweep goes on: write what its record `where` holds that an earlier session (`what`) left
     unwritten, a tracking outage at its end, so that this end does not close the run the new session reopens. A
@@ -184,7 +215,8 @@ def catch_up(where: str, what: str, tracking_uri: Optional[str] = None) -> None:
 
 def main(file: str, tracking_uri: Optional[str] = None) -> int:
     """`raystream tracking upload FILE [--tracking-uri URI]` (FILE: a record, or a run directory holding one):
-    exit 0 when the record is mirrored in full, 1 when the store still fails, 2 when there is no record."""
+    exit 0 when every whole event is written (said "in full" only when the record also ends with its `end`; a torn
+    last line or a missing end is named), 1 when the store still fails, 2 when there is no record."""
     where = file if file.rstrip("/").endswith(ev.FILE_NAME) else ev.path_in(file)
     record = ev.Record(where)
     if not record.exists:
@@ -199,6 +231,21 @@ def main(file: str, tracking_uri: Optional[str] = None) -> int:
               f"{type(exc).__name__}: {text[0] if text else ''}; {len(record.pending())} events of {where} are "
               f"still to write: run the command again", file=sys.stderr)
         return 1
-    print(f"raystream tracking upload: {pending} events of {where} written ({written} metric values); the record "
-          f"is mirrored in full")
+    whole = record.read()
+    tear = record.torn()
+    ended = bool(whole) and whole[-1][0]["kind"] == "end"
+    done = f"raystream tracking upload: {pending} events of {where} written ({written} metric values)"
+    if tear is None and ended:
+        print(f"{done}; the record is mirrored in full")
+        return 0
+    told = [done]
+    if tear is not None:
+        told.append(f"its last line {tear[0]} (byte {tear[1]}, {tear[2]} bytes) was cut short (a kill or a full "
+                    f"disk) and is skipped")
+    if not ended:
+        runs = sorted({e["run"] for e, _ in whole if e.get("run")})
+        told.append(f"the record holds no end of MLflow run {', '.join(runs) or '?'}, which stays as it was "
+                    f"(RUNNING): the run was stopped before its end; resuming it (the same command with its "
+                    f"trainer.run_name) ends it")
+    print("; ".join(told), file=sys.stderr)
     return 0

@@ -8,7 +8,9 @@
 
 Everything is tensors and plain containers, so it loads with `torch.load(weights_only=True)`. `snapshot` takes the
 content (copied to host memory, so training can go on) and `write` puts it straight into a directory on any pyarrow
-filesystem (local, s3://), meta.json last; raystream/train/persist.py hands that to Ray Train's upload thread.
+filesystem (local, s3://), meta.json last; raystream/train/persist.py hands that to Ray Train's upload thread. A
+write that fails for space raises `raystream.diskspace.DiskFull` naming the file, its size and the disk's free
+space, the part written removed.
 
 Which checkpoint a re-run resumes from is read from the storage itself (`latest`): Ray Train's own record of the
 latest checkpoint lags behind what the workers have written (the controller takes one report per poll), so after
@@ -33,6 +35,7 @@ import numpy as np
 import pyarrow.fs as pafs
 import torch
 
+from raystream import diskspace
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
@@ -107,15 +110,29 @@ def write(fs, path: str, snap: Snapshot) -> None:
     if fs.get_file_info(meta_path).type == pafs.FileType.File:
         fs.delete_file(meta_path)
     sizes = {}
+    local = isinstance(fs, pafs.LocalFileSystem)
     for name, obj in ((MODEL_FILE, snap.model_state), (STATE_FILE, snap.train_state)):
-        if isinstance(fs, pafs.LocalFileSystem):
-            torch.save(obj, f"{path}/{name}")  # torch's own file writer: the fastest path to a local disk
-        else:
-            with fs.open_output_stream(f"{path}/{name}") as f:
-                torch.save(obj, f)
+        try:
+            if local:
+                torch.save(obj, f"{path}/{name}")  # torch's own file writer: the fastest path to a local disk
+            else:
+                with fs.open_output_stream(f"{path}/{name}") as f:
+                    torch.save(obj, f)
+        except (OSError, RuntimeError) as exc:
+            if not diskspace.is_full(exc):
+                raise
+            _remove(fs, f"{path}/{name}")  # the part written: space back for the record and the run's end
+            raise diskspace.named(exc, f"{path}/{name}", diskspace.nbytes(obj), local) from None
         sizes[name] = fs.get_file_info(f"{path}/{name}").size
     with fs.open_output_stream(meta_path) as f:
         f.write(json.dumps({**snap.meta, "file_sizes": sizes}, indent=1, sort_keys=True).encode())
+
+
+def _remove(fs, path: str) -> None:
+    try:
+        fs.delete_file(path)
+    except OSError:
+        pass
 
 
 def save(directory: Path, *, model_state: Dict[str, torch.Tensor], train_state: Dict[str, Any],

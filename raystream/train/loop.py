@@ -25,7 +25,8 @@
 Loss and in-stream metrics are averaged over the workers. A non-finite loss or gradient norm ends the run at that
 step (raystream/train/divergence.py), found at the next read-back: at most `trainer.log_every - 1` more steps run
 on, and are neither recorded nor checkpointed. The workers return instead of raising, so Ray Train spends no retry
-on it.
+on it. A full disk (`raystream.diskspace.DiskFull`, from rank 0's checkpoint or record write) is returned likewise
+by a one-worker run (with more workers it is raised: the others wait in a collective, and Ray Train restarts them).
 After a machine fault Ray Train restarts the workers and the stream resumes at the exact next global batch.
 """
 
@@ -51,6 +52,7 @@ from raystream.models import build_scenario
 from raystream.models.scenario import unwrap
 from raystream.optim import GradCosineTracker, build_optimizer, param_groups
 from raystream.tracking import StepLogger, names
+from raystream import diskspace
 from raystream.train import checkpoint, divergence, faults, persist
 from raystream.train.correlation import figures, measure_model, not_measured, per_worker_batch
 from raystream.train.evaluator import Evaluator, rng_kept
@@ -379,17 +381,28 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         return final if w.rank == 0 else None
     records = Records(w, state.start)
     monitor = start_node_monitor(w.cfg, w.run, gpus=w.device.type == "cuda")  # local rank 0: its node's metrics
+    full: Optional[diskspace.DiskFull] = None
     try:
         if w.run.get("measure_correlation") and state.next_step == 0:  # a fresh run, not a resume
             measure_correlation(w, records)
         diverged = train_steps(w, state, records, w.stream)
         if diverged is not None:
             return divergence.as_result(diverged) if w.rank == 0 else None
+    except diskspace.DiskFull as exc:  # one worker: fail once, no retry (more: the others wait in a collective)
+        if w.world > 1:
+            raise
+        full = exc
     finally:
         persist.wait()  # a checkpoint write in flight ends complete before an error reaches Ray Train (and a restart)
         monitor.stop()
-        records.close()
+        try:
+            records.close()
+        except diskspace.DiskFull:
+            if full is None:
+                raise
         w.stream.close()
+    if full is not None:
+        return diskspace.as_result(full)
     return state.final if w.rank == 0 else None
 
 

@@ -25,10 +25,11 @@ from omegaconf import DictConfig, OmegaConf
 from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from raystream import diskspace
 from raystream.config import ConfigError, check, flatten
 from raystream.data import DataError
 from raystream.tracking import events, names
-from raystream.tracking.mirror import catch_up, mirror_now
+from raystream.tracking.mirror import DRAIN_S, catch_up, drain, mirror_now
 from raystream.tracking.store import client as mlflow_client_for
 from raystream.tracking.store import end_run, failing_fast, retry, start_run, tracking_uri
 from raystream.train import checkpoint as ckpt_files
@@ -40,6 +41,7 @@ from raystream.train.loop import train_loop_per_worker
 from raystream.train.preflight import check_backbone_init, check_local_cpus, check_resources, stream_plan
 from raystream.train.ray_start import start_ray
 from raystream.train.torch_backend import torch_config
+from raystream.tune.lock import RunLock
 from raystream.uris import first_line
 
 RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume
@@ -94,8 +96,9 @@ def _log_params(client, run_id: str, params: Dict[str, Any]) -> None:
 def run_end(cfg, run_id: str, checkpoint_uri: Optional[str], log_model: bool) -> List[Dict[str, Any]]:
     """The events the driver appends to the run's record once training has finished (`raystream.tracking.events`):
     the `finished` status tag, config.yaml, the gradient-cosine plots from the run's full history, the final
-    checkpoint's model (only `model.pt` and `meta.json`, not the optimizer state), FINISHED."""
-    end = [events.tag(run_id, names.TAG_STATUS, "finished"),
+    checkpoint's model (only `model.pt` and `meta.json`, not the optimizer state), no `raystream.error` (an earlier
+    attempt's: the record keeps it), FINISHED."""
+    end = [events.tag(run_id, names.TAG_STATUS, "finished"), events.untag(run_id, names.TAG_ERROR),
            events.artifact(run_id, names.ARTIFACT_CONFIG, OmegaConf.to_yaml(cfg, resolve=True)),
            events.plots(run_id, f"{cfg.trainer.run_name} ({cfg.optimizer.name}, {cfg.stream.order})")]
     if log_model and checkpoint_uri:
@@ -144,7 +147,8 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     Returned keys: `loss` (mean over the last report window), `eval/*` (final evaluation and in-stream averages),
     `step`, `steps_done`, `start_step` (step the last attempt started at: > 0 after a restart or resume),
     `mlflow_run_id`, `run_name`, `run_dir`, `checkpoint_path`.
-    Raises ConfigError / DataError before any worker starts; Ray's TrainingFailedError when the workers fail more
+    Raises ConfigError / DataError before any worker starts (`RunLocked`, a ConfigError, when another process runs
+    the same run: one writer per run, `raystream.tune.lock`); Ray's TrainingFailedError when the workers fail more
     than `trainer.max_failures` times; DivergedError at the first non-finite loss or gradient (no retry);
     `Interrupted` on Ctrl-C or SIGTERM (`main` prints the command that resumes the run).
     Same run name + storage path again resumes from the newest complete checkpoint on storage (`checkpoint.latest`;
@@ -157,6 +161,23 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     name = run_name or cfg.trainer.run_name or default_run_name(cfg)
     cfg.trainer.run_name = name
     check(cfg)
+    storage = results.resolve(cfg.trainer.storage_path)  # local directory or s3:// / gs:// URI
+    run_dir = storage.child(name)
+    # One writer per run: a second `raystream train` of it refuses here (RunLocked, exit 2), before Ray starts; a
+    # sweep's trial (a parent run) runs under its sweep's lock.
+    lock = RunLock(run_dir, name).acquire() if mlflow_parent_run_id is None else None
+    try:
+        return _fit(cfg, name, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags, init_checked)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags,
+         init_checked) -> Dict[str, Any]:
+    """`fit`'s work, under the run's lock."""
+    record = events.path_in(run_dir.uri)  # the run's record: what it writes to MLflow, mirrored from there
+    catch_up(record, "an earlier attempt of this run")  # first: what a killed attempt left (kill -9) into MLflow
     # A checkpoint that does not fit the model: before Ray starts (once per model in a sweep)
     init_line = init_checked if init_checked is not None else check_backbone_init(cfg)
     check_local_cpus(cfg.trainer)  # a local run: before Ray starts
@@ -164,28 +185,25 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
     check_resources(cfg.trainer, cluster_capacity())  # what the cluster can grow to (autoscaler)
 
-    storage = results.resolve(cfg.trainer.storage_path)  # local directory or s3:// / gs:// URI
-    run_dir = storage.child(name)
     local_run_dir = run_dir.uri if run_dir.local else None
     info = run_dir.read_json(RUN_INFO_FILE) or {}
     fs = run_dir.filesystem
     resume = ckpt_files.latest(fs, run_dir.path)  # (path, meta) of the newest complete checkpoint, or None
     uri = tracking_uri(cfg)
     client = mlflow_client_for(uri)
-    record = events.path_in(run_dir.uri)  # the run's record: what it writes to MLflow, mirrored from there
-    catch_up(record, "an earlier attempt of this run")
     tags = {**(mlflow_tags or {}), names.TAG_RUN_DIR: run_dir.uri}
     if init_line:
         tags[names.TAG_INIT] = init_line
     run_id = start_run(client, experiment=cfg.mlflow.experiment, uri=uri, run_name=name,
                        parent_run_id=mlflow_parent_run_id, tags=tags, resume_run_id=info.get("mlflow_run_id"))
-    with _closed_on_failure(client, run_id, name) as received:  # KILLED / FAILED with the cause, whatever stops it
+    with _closed_on_failure(record, uri, run_id, name) as received:  # KILLED / FAILED, whatever stops it
         if resume is not None and info.get("mlflow_run_id") and run_id != info["mlflow_run_id"]:
             _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
+        # at once: a run (a sweep's trial) stopped before its first step reopens this MLflow run when resumed
+        run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
         _log_params(client, run_id, flatten(cfg))
         if skipped_videos:  # data.on_bad_video=skip: which videos the run left out, and why
             _log_skipped_videos(client, run_id, skipped_videos)
-        run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
 
         tcfg = cfg.trainer
         resources = {"CPU": float(tcfg.cpus_per_worker), **({"GPU": 1} if tcfg.use_gpu else {})}
@@ -213,6 +231,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         result = trainer.fit()
         signals.raise_if_signalled(received)  # SIGTERM: Ray Train aborted the run gracefully
         raise_if_diverged(result.return_value)
+        diskspace.raise_if_full(result.return_value)  # a full disk: failed once, no retry
         kept = {Path(c.path).name for c, _ in result.best_checkpoints or []}
         if result.checkpoint is not None:
             kept.add(Path(result.checkpoint.path).name)
@@ -232,9 +251,11 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
 
 
 @contextmanager
-def _closed_on_failure(client, run_id: str, name: str) -> Iterator[Dict[str, str]]:
+def _closed_on_failure(record: str, uri: str, run_id: str, name: str) -> Iterator[Dict[str, str]]:
     """Whatever stops the run while its MLflow run is open ends that run: FAILED (a worker error after the retries,
-    divergence, a storage error) or KILLED (Ctrl-C, SIGTERM: `Interrupted`), with the cause in `raystream.error`.
+    divergence, a storage error) or KILLED (Ctrl-C, SIGTERM: `Interrupted`), with the cause in `raystream.error`,
+    through its record, which is then drained into MLflow (at most `DRAIN_S`; what is left and the upload command
+    are printed).
     SIGTERM (a job scheduler, `timeout`, `ray job stop`) is handled as Ctrl-C; the yielded dict names the signal.
     TrackingUnavailable passes through: the store is away, and the upload it names closes the run."""
     received: Dict[str, str] = {}
@@ -247,7 +268,7 @@ def _closed_on_failure(client, run_id: str, name: str) -> Iterator[Dict[str, str
             # Ray Train's SIGINT handler aborts the controller and exits the driver's wait with SystemExit.
             interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit))
             signame = received.get("signal", "SIGINT")
-            _close_failed(client, run_id, exc, interrupted, signame)
+            _close_failed(record, uri, run_id, exc, interrupted, signame)
             if interrupted:
                 raise Interrupted(f"run {name} interrupted by {signame}", signame) from None
             raise
@@ -260,21 +281,36 @@ def _log_skipped_videos(client, run_id: str, skipped: List[Tuple[str, str]]) -> 
                                   names.ARTIFACT_SKIPPED_VIDEOS), "log skipped videos")
 
 
-def _close_failed(client, run_id: str, exc: BaseException, interrupted: bool, signame: str = "SIGINT") -> None:
-    """End the MLflow run KILLED (interrupted by `signame`) or FAILED, with the cause in `raystream.error`; an
-    MLflow error here (the store may be away too) is printed, never raised over the training error."""
+def _close_failed(record: str, uri: str, run_id: str, exc: BaseException, interrupted: bool,
+                  signame: str = "SIGINT") -> None:
+    """End the MLflow run KILLED (interrupted by `signame`) or FAILED, with the cause in `raystream.error`: appended
+    to the run's record, which is drained into MLflow with everything rank 0's writer had not written yet, waiting
+    at most `DRAIN_S` s. Nothing here is raised over the training error (a full disk or a store that is away is
+    printed)."""
+    if interrupted:
+        reason = names.interrupted_cause(signame)
+    else:
+        reason = str(exc) if isinstance(exc, DivergedError) else f"{type(exc).__name__}: {exc}"
+    end = [events.opened(run_id, uri), events.tag(run_id, names.TAG_ERROR, reason[:5000])]
+    if isinstance(exc, DivergedError):
+        end.append(events.tag(run_id, names.TAG_STATUS, "diverged"))
+    status = "KILLED" if interrupted else "FAILED"
     try:
-        with failing_fast():
-            if interrupted:
-                reason = names.interrupted_cause(signame)
-            else:
-                reason = str(exc) if isinstance(exc, DivergedError) else f"{type(exc).__name__}: {exc}"
-            retry(lambda: client.set_tag(run_id, names.TAG_ERROR, reason[:5000]), "tag run")
-            if isinstance(exc, DivergedError):
-                retry(lambda: client.set_tag(run_id, names.TAG_STATUS, "diverged"), "tag run")
-            end_run(client, run_id, status="KILLED" if interrupted else "FAILED")
-    except Exception as mlflow_exc:  # keep the training error, not MLflow's
-        print(f"raystream: could not close MLflow run {run_id}: {mlflow_exc}", file=sys.stderr)
+        out = events.Record(record)
+        out.append([*end, events.end(run_id, status, int(time.time() * 1000))])
+        out.close()
+    except Exception as write_exc:  # a full disk: the run is closed straight in MLflow instead
+        print(f"raystream: could not append the run's end to {record} ({first_line(write_exc, 300)}): closing "
+              f"MLflow run {run_id} {status} directly", file=sys.stderr, flush=True)
+        try:
+            with failing_fast():
+                client = mlflow_client_for(uri)
+                for e in end[1:]:
+                    retry(lambda e=e: client.set_tag(run_id, e["key"], e["value"]), "tag run")
+                end_run(client, run_id, status=status)
+        except Exception as mlflow_exc:  # keep the training error, not MLflow's
+            print(f"raystream: could not close MLflow run {run_id}: {first_line(mlflow_exc, 300)}", file=sys.stderr)
+    drain(record, f"run {run_id}", DRAIN_S)
 
 
 def _warn_history_lost(client, run_id: str, name: str, info: Dict[str, Any], uri: str, step: int) -> None:

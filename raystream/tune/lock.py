@@ -1,17 +1,20 @@
 """The lock a running sweep holds on its directory (`<storage>/sweeps/<run name>`, local or in a bucket), so that a
 second sweep with the same name refuses at once instead of "resuming" the first one's fresh state and training its
-trials into the same folders.
+trials into the same folders; and the same lock a single run (`raystream train`) holds on its run directory
+(`<storage>/<run name>`, `RunLock`), so that a second `raystream train` of the same run (a second terminal, a job
+scheduler's retry) refuses instead of writing into the same MLflow run and pruning the first one's checkpoints. A
+sweep's trials run under their sweep's lock and take none of their own.
 
-The lock is a file, `.raystream_sweep.lock`, holding the owner's pid, host, start time and a heartbeat that a
-background thread of the owner rewrites every `HEARTBEAT_S`. A lock is stale, and taken over with a note on
-stderr, when its heartbeat is older than `STALE_AFTER_S` (a crashed sweep on any host: a bucket lock included) or,
-at once, when its owner ran on this host and its pid is gone. On a local disk the file is created atomically
-(O_EXCL); in a bucket (pyarrow filesystem, no create-if-absent) the lock is written with a random token and read
-back after `SETTLE_S`: of two sweeps that started together the later write wins and the other refuses. The limit
-(no conditional write through pyarrow): a sweep whose read and write of the lock are more than `SETTLE_S` apart
-(a client stalled for a second between them) can overwrite a lock taken in between, and both run; a strict
+The lock is a file (`.raystream_sweep.lock`, `.raystream_run.lock`) holding the owner's pid, host, start time and a
+heartbeat that a background thread of the owner rewrites every `HEARTBEAT_S`. A lock is stale, and taken over with a
+note on stderr, when its heartbeat is older than `STALE_AFTER_S` (a crashed sweep on any host: a bucket lock
+included) or, at once, when its owner ran on this host and its pid is gone. On a local disk the file is created
+atomically (O_EXCL); in a bucket (pyarrow filesystem, no create-if-absent) the lock is written with a random token
+and read back after `SETTLE_S`: of two sweeps that started together the later write wins and the other refuses. The
+limit (no conditional write through pyarrow): a sweep whose read and write of the lock are more than `SETTLE_S`
+apart (a client stalled for a second between them) can overwrite a lock taken in between, and both run; a strict
 guarantee would need the store's create-if-absent (S3 `If-None-Match`), which pyarrow's filesystems do not offer.
-The lock is released at the end of the sweep, and at exit of the process otherwise.
+The lock is released at the end of the sweep (the run), and at exit of the process otherwise.
 """
 
 from __future__ import annotations
@@ -32,13 +35,22 @@ import pyarrow.fs as pafs
 from raystream.config import ConfigError
 
 LOCK_FILE = ".raystream_sweep.lock"
+RUN_LOCK_FILE = ".raystream_run.lock"
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 120.0
 SETTLE_S = 1.0
 
 
-class SweepLocked(ConfigError):
+class Locked(ConfigError):
+    """Another process holds the lock of a sweep or run directory; the message names it and what to do."""
+
+
+class SweepLocked(Locked):
     """Another sweep with the same name runs in the same directory; the message names it and what to do."""
+
+
+class RunLocked(Locked):
+    """Another `raystream train` of the same run is running; the message names it and what to do."""
 
 
 def _alive(pid: int) -> bool:
@@ -54,10 +66,12 @@ def _alive(pid: int) -> bool:
 class SweepLock:
     """The lock of sweep directory `where` (a `raystream.train.storage.Storage`), held by this process."""
 
+    KIND, FILE, LOCKED, NAME_KEY = "sweep", LOCK_FILE, SweepLocked, "sweep.run_name"
+
     def __init__(self, where, run_name: str):
         self.where, self.run_name = where, run_name
-        self.path = f"{where.path.rstrip('/')}/{LOCK_FILE}"
-        self.uri = f"{where.uri.rstrip('/')}/{LOCK_FILE}"
+        self.path = f"{where.path.rstrip('/')}/{self.FILE}"
+        self.uri = f"{where.uri.rstrip('/')}/{self.FILE}"
         now = time.time()
         self.record = {"pid": os.getpid(), "host": socket.gethostname(), "started": now, "heartbeat": now,
                        "token": secrets.token_hex(8), "run_name": run_name}
@@ -76,7 +90,7 @@ class SweepLock:
             return None
 
     def _stale(self, held: Dict[str, Any]) -> Optional[str]:
-        """Why the lock `held` no longer protects a running sweep, or None when it does."""
+        """Why the lock `held` no longer protects a running sweep (run), or None when it does."""
         if held.get("host") == socket.gethostname():
             pid = int(held.get("pid", -1))
             if pid == os.getpid():
@@ -88,12 +102,12 @@ class SweepLock:
             return f"its heartbeat is {age:.0f} s old"
         return None
 
-    def _refuse(self, held: Dict[str, Any]) -> SweepLocked:
+    def _refuse(self, held: Dict[str, Any]) -> Locked:
         started = datetime.fromtimestamp(float(held.get("started", 0)), timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-        return SweepLocked(
-            f"sweep {self.run_name} is already running in {self.where.uri} (pid {held.get('pid')} on host "
+        return self.LOCKED(
+            f"{self.KIND} {self.run_name} is already running in {self.where.uri} (pid {held.get('pid')} on host "
             f"{held.get('host')}, started {started}; lock {self.uri}). Wait for it to end (running this command "
-            f"again then resumes it), or start a separate sweep: add sweep.run_name={self.run_name}-2")
+            f"again then resumes it), or start a separate {self.KIND}: add {self.NAME_KEY}={self.run_name}-2")
 
     # ---- taking and giving back ---------------------------------------------------------------------------------
     def _write(self, exclusive: bool) -> bool:
@@ -109,9 +123,14 @@ class SweepLock:
                     f.write(data)
                 return True
             tmp = f"{self.path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.path)
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, self.path)
+            except OSError:  # a full disk: no temp file left behind (the heartbeat says so and tries again)
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+                raise
             return True
         self.where.filesystem.create_dir(self.where.path, recursive=True)
         with self.where.filesystem.open_output_stream(self.path) as f:
@@ -119,7 +138,8 @@ class SweepLock:
         return True
 
     def acquire(self) -> "SweepLock":
-        """Take the lock or raise SweepLocked naming the running sweep; a stale lock is taken over."""
+        """Take the lock or raise SweepLocked (RunLocked) naming the running sweep (run); a stale lock is taken
+        over."""
         for _ in range(3):
             held = self._read()
             if held is not None:
@@ -127,7 +147,7 @@ class SweepLock:
                 if why is None:
                     raise self._refuse(held)
                 if held.get("pid") != os.getpid():
-                    print(f"raystream: taking over the lock of sweep {self.run_name} ({why}): {self.uri}",
+                    print(f"raystream: taking over the lock of {self.KIND} {self.run_name} ({why}): {self.uri}",
                           file=sys.stderr, flush=True)
                 self._remove()
             if not self._write(exclusive=True):
@@ -155,9 +175,9 @@ class SweepLock:
                 try:
                     self._write(exclusive=False)
                 except OSError as exc:
-                    print(f"raystream: could not refresh the sweep lock {self.uri}: {exc}", file=sys.stderr)
+                    print(f"raystream: could not refresh the {self.KIND} lock {self.uri}: {exc}", file=sys.stderr)
 
-        self._thread = threading.Thread(target=beat, name="raystream-sweep-lock", daemon=True)
+        self._thread = threading.Thread(target=beat, name=f"raystream-{self.KIND}-lock", daemon=True)
         self._thread.start()
 
     def _remove(self) -> None:
@@ -177,3 +197,9 @@ class SweepLock:
         if held is not None and held.get("token") == self.record["token"]:
             self._remove()
         atexit.unregister(self.release)
+
+
+class RunLock(SweepLock):
+    """The lock of a run directory (`raystream train`; a sweep's trials hold their sweep's instead)."""
+
+    KIND, FILE, LOCKED, NAME_KEY = "run", RUN_LOCK_FILE, RunLocked, "trainer.run_name"

@@ -1,0 +1,90 @@
+"""MLflow never behind at exit (issue 51): whatever stops a run (a failure, Ctrl-C, SIGTERM) its driver closes the
+MLflow run through the run's record and drains the record into MLflow with a bounded wait, saying what is left and
+the upload command; a successful resume clears the earlier attempt's `raystream.error`, which the record keeps.
+The driver's exit path without Ray: a real MLflow sqlite store and a record that rank 0 left unmirrored."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from raystream.tracking import client as make_client
+from raystream.tracking import events, mirror, names, start_run
+from raystream.train import run
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    return uri, make_client(uri)
+
+
+def _trained(path, run_id: str, uri: str, steps: int) -> str:
+    """What rank 0 appended before the run stopped (the live mirror had written none of it)."""
+    record = events.Record(str(path))
+    record.append([events.opened(run_id, uri),
+                   *(events.metrics(run_id, s, {"loss": 1.0 / (s + 1)}, 1000 + s) for s in range(steps))])
+    record.close()
+    return str(path)
+
+
+def _stopped(record: str, uri: str, run_id: str, exc: BaseException, raised=RuntimeError) -> None:
+    """The driver's exit path of a run that `exc` stopped (after `start_run`)."""
+    with pytest.raises(raised):
+        with run._closed_on_failure(record, uri, run_id, "r"):
+            raise exc
+
+
+def test_a_failure_drains_the_record_and_ends_the_run_failed(store, tmp_path, capsys):
+    uri, client = store
+    run_id = start_run(client, experiment="exit", uri=uri, run_name="r")
+    record = _trained(tmp_path / "run" / events.FILE_NAME, run_id, uri, 9)
+    _stopped(record, uri, run_id, RuntimeError("worker died"))
+    assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == list(range(9))
+    got = client.get_run(run_id)
+    assert got.info.status == "FAILED" and got.data.tags[names.TAG_ERROR] == "RuntimeError: worker died"
+    assert f"MLflow holds the whole record of run {run_id}" in capsys.readouterr().err
+    assert events.Record(record).pending() == []
+
+
+def test_ctrl_c_drains_the_record_and_ends_the_run_killed(store, tmp_path):
+    uri, client = store
+    run_id = start_run(client, experiment="exit", uri=uri, run_name="r")
+    record = _trained(tmp_path / "run" / events.FILE_NAME, run_id, uri, 4)
+    _stopped(record, uri, run_id, KeyboardInterrupt(), raised=run.Interrupted)
+    assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == list(range(4))
+    got = client.get_run(run_id)
+    assert got.info.status == "KILLED" and got.data.tags[names.TAG_ERROR] == names.interrupted_cause("SIGINT")
+
+
+def test_a_store_that_is_away_at_exit_costs_a_bounded_wait_and_names_the_upload(store, tmp_path, capsys):
+    uri, client = store
+    run_id = start_run(client, experiment="exit", uri=uri, run_name="r")
+    away = "http://127.0.0.1:9"  # nothing listens there: refused at once
+    record = _trained(tmp_path / "run" / events.FILE_NAME, run_id, away, 3)
+    began = time.monotonic()
+    _stopped(record, away, run_id, RuntimeError("worker died"))
+    assert time.monotonic() - began < mirror.DRAIN_S + 5
+    err = capsys.readouterr().err
+    assert f"6 events of run {run_id} are not in MLflow yet" in err  # all but the first `open`
+    assert f"{events.UPLOAD_COMMAND} {record}" in err
+    assert mirror.main(record, tracking_uri=uri) == 0  # the store answers again: the upload closes the run
+    got = client.get_run(run_id)
+    assert got.info.status == "FAILED" and sorted(m.step for m in client.get_metric_history(run_id, "loss")) == [0, 1, 2]
+
+
+def test_a_successful_resume_clears_the_earlier_error_and_the_record_keeps_it(store, tmp_path):
+    from raystream.config import compose
+
+    uri, client = store
+    run_id = start_run(client, experiment="exit", uri=uri, run_name="r")
+    record = _trained(tmp_path / "run" / events.FILE_NAME, run_id, uri, 2)
+    _stopped(record, uri, run_id, RuntimeError("first attempt died"))
+    assert client.get_run(run_id).data.tags[names.TAG_ERROR] == "RuntimeError: first attempt died"
+    end = run.run_end(compose(["trainer.run_name=r"]), run_id, None, log_model=False)
+    run.finish_run(uri, run_id, record, end)
+    got = client.get_run(run_id)
+    assert got.info.status == "FINISHED" and names.TAG_ERROR not in got.data.tags
+    kept = [e for e, _ in events.Record(record).read() if e.get("key") == names.TAG_ERROR]
+    assert [e["kind"] for e in kept] == ["tag", "untag"] and kept[0]["value"] == "RuntimeError: first attempt died"

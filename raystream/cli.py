@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 from raystream.config import ConfigError, compose
 from raystream.config_tree import ConfigTreeError, add_user_dirs
 from raystream.tracking import events
-from raystream.tracking.store import TrackingStoreError, prepare_store, tracking_uri
+from raystream.tracking.store import TrackingStoreError
 from raystream.train.ray_start import loopback_only
 
 if TYPE_CHECKING:
@@ -74,8 +74,8 @@ def _parser() -> argparse.ArgumentParser:
                                     "(raystream/train/eval_job.py)")
     e.add_argument("target", help="a training run's directory (its newest checkpoint), a checkpoint_<step> "
                                   "directory, or either as an s3:// / gs:// URI")
-    e.add_argument("overrides", nargs="*", help="the training run's overrides (experiment=...) and eval.* ones, "
-                                                 "e.g. eval.protocol=dino eval.dataset=/data/imagenet")
+    e.add_argument("overrides", nargs="*", help="overrides on top of the training run's recorded config, e.g. "
+                                                 "eval.protocol=dino eval.dataset=/data/imagenet")
 
     r = sub.add_parser("report", help="paper-style table and plots from MLflow")
     g = r.add_mutually_exclusive_group(required=True)
@@ -166,16 +166,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(OmegaConf.to_yaml(cfg))
         return 0
     if args.command == "train":
-        from raystream.train.preflight import check_evaluation_data  # lazy: see _dispatch
+        from raystream.train.preflight import check_inputs  # lazy: see _dispatch
         from raystream.train.run import main as train_main  # lazy: see _dispatch
 
-        prepare_store(tracking_uri(cfg))  # reachable, writable and created before Ray starts
-        check_evaluation_data(cfg)  # fit() checks the rest before Ray starts (the backbone's checkpoint included)
+        check_inputs(cfg)  # store, videos, evaluation data, start checkpoint: together; fit() opens the videos
         return train_main(cfg, overrides=args.overrides)
     if args.command == "eval":  # the target, probe set, model and tracking store are checked before Ray starts
         from raystream.train.eval_job import main as eval_main  # lazy: see _dispatch
 
-        return eval_main(cfg, args.target)
+        return eval_main(cfg, args.target, overrides=args.overrides)
     if args.command == "sweep":  # run_sweep checks the tracking store and every cell before Ray starts
         return sweep_main(cfg, overrides=args.overrides, verbose=args.verbose)
     if args.command == "bench" and args.eval:

@@ -1,8 +1,8 @@
 """The `raystream` command. Positional arguments are Hydra overrides; flags belong to the subcommand.
 
-    raystream train  [overrides] [--cfg job] [--config-dir DIR]
+    raystream train  [overrides] [--cfg job] [--verbose] [--config-dir DIR]
     raystream sweep  [overrides] [--cfg job] [--verbose] [--config-dir DIR]
-    raystream eval   TARGET [overrides] [--config-dir DIR]     # TARGET: run dir, checkpoint dir or s3:// URI
+    raystream eval   TARGET [overrides] [--verbose] [--config-dir DIR]  # TARGET: run dir, checkpoint dir or URI
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
     raystream tracking upload RECORD [--tracking-uri URI]  # a run's record into MLflow (after a tracking outage)
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
@@ -33,7 +33,7 @@ from raystream.config import ConfigError, compose
 from raystream.config_tree import ConfigTreeError, add_user_dirs
 from raystream.tracking import events
 from raystream.tracking.store import TrackingStoreError
-from raystream.train.ray_start import loopback_only
+from raystream.train.ray_start import loopback_only, quiet_terminal
 
 if TYPE_CHECKING:
     from raystream.tune.sweep import SweepOutcome
@@ -65,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--cfg", choices=["job"], help="print the composed config and exit")
     sub.choices["sweep"].add_argument("--verbose", action="store_true",
                                       help="Ray's and Tune's output on the terminal (else in the sweep's log file)")
+    sub.choices["train"].add_argument("--verbose", action="store_true",
+                                      help="all of Ray's output as Ray prints it (its token-authentication notice, "
+                                           "colour codes in a log file or pipe)")
 
     ps = sub.add_parser("pretrain-start", help="train (once, cached) the pretrained start of the Table 1 miniature "
                                                "(+experiment=table1_start; raystream/train/start.py)")
@@ -76,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
                                   "directory, or either as an s3:// / gs:// URI")
     e.add_argument("overrides", nargs="*", help="overrides on top of the training run's recorded config, e.g. "
                                                  "eval.protocol=dino eval.dataset=/data/imagenet")
+    e.add_argument("--verbose", action="store_true", help="all of Ray's output as Ray prints it")
 
     r = sub.add_parser("report", help="paper-style table and plots from MLflow")
     g = r.add_mutually_exclusive_group(required=True)
@@ -165,6 +169,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if getattr(args, "cfg", None) == "job":
         print(OmegaConf.to_yaml(cfg))
         return 0
+    if args.command in ("train", "eval") and not args.verbose:
+        quiet_terminal()  # Ray's token notice and colour codes (in a log file or pipe) left out
     if args.command == "train":
         from raystream.train.preflight import check_inputs  # lazy: see _dispatch
         from raystream.train.run import main as train_main  # lazy: see _dispatch

@@ -114,8 +114,11 @@ from ray._private import worker
 import colorama  # Ray's copy (ray puts its third-party files on the path)
 from ray._private.authentication import authentication_token_setup as auth
 auth._warn_token_auth_enabled()
-logging.getLogger("ray._private.worker").info("Started a local Ray instance. View the dashboard at %s%shttp://127.0.0.1:8265 %s%s", colorama.Style.BRIGHT, colorama.Fore.GREEN, colorama.Fore.RESET, colorama.Style.NORMAL)
-worker.print_worker_logs({"pid": 7, "actor_name": "RayTrainWorker", "ip": "127.0.0.1", "localhost": "127.0.0.1", "is_err": False, "lines": ["[run] step 4/4"]}, sys.stdout)
+logging.getLogger("ray._private.worker").info(
+    "Started a local Ray instance. View the dashboard at %s%shttp://127.0.0.1:8265 %s%s",
+    colorama.Style.BRIGHT, colorama.Fore.GREEN, colorama.Fore.RESET, colorama.Style.NORMAL)
+worker.print_worker_logs({"pid": 7, "actor_name": "RayTrainWorker", "ip": "127.0.0.1", "localhost": "127.0.0.1",
+                          "is_err": False, "lines": ["[run] step 4/4"]}, sys.stdout)
 """
     import os
 

@@ -4,8 +4,8 @@
 - Something-Something v2: `something-something-v2-labels.json` ({"template text": "index"}) with
   `something-something-v2-train.json` and `-validation.json` as the original release names them, or `labels.json`,
   `train.json` and `validation.json` as the plain names in use (entries {id, label, template, placeholders}; the
-  class is the template with its brackets removed), and the videos `<id>.webm` anywhere under the root (SSv2 unpacks them into
-  `20bn-something-something-v2/`);
+  class is the template with its brackets removed), and the videos `<id>.webm` anywhere under the root (SSv2
+  unpacks them into `20bn-something-something-v2/`);
 - a folder of `path label` lists (VideoMAE's and V-JEPA's for SSv2 and Kinetics-400): `train.csv` (or .txt) and
   `val.csv` (or `validation.*`, `test.*`); lines `path label`, space or comma separated, an optional header line,
   integer labels, paths relative to the list's folder or absolute (or URIs).

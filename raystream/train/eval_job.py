@@ -8,8 +8,9 @@ protocol (`eval.protocol=dino` is DINO's protocol on an image set: a set of vide
 checkpoint's model read and checked against the configured scenario. Then a `TorchTrainer` of
 `trainer.num_workers` workers (`eval_loop_per_worker`) loads the checkpoint on each worker's device, and every
 worker runs the evaluation (raystream/train/evaluator.py): its part of the probe set encoded (bf16 autocast on
-GPU), the features gathered, the probes trained data-parallel. The features go to `<run dir>/eval_features/` (keyed by checkpoint, protocol and
-probe set): a second evaluation of the same checkpoint and protocol encodes nothing.
+GPU), the features gathered, the probes trained data-parallel. The features go to `<run dir>/eval_features/`
+(keyed by checkpoint, protocol and probe set): a second evaluation of the same checkpoint and protocol encodes
+nothing.
 
 The metrics go into the training run's MLflow run (at the checkpoint's last step, tagged
 `raystream.eval.<protocol>` = the checkpoint) when the run directory names one the tracking store holds;

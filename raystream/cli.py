@@ -1,8 +1,8 @@
 """The `raystream` command. Positional arguments are Hydra overrides; flags belong to the subcommand.
 
-    raystream train  [overrides] [--cfg job] [--config-dir DIR]
+    raystream train  [overrides] [--cfg job] [--verbose] [--config-dir DIR]
     raystream sweep  [overrides] [--cfg job] [--verbose] [--config-dir DIR]
-    raystream eval   TARGET [overrides] [--config-dir DIR]     # TARGET: run dir, checkpoint dir or s3:// URI
+    raystream eval   TARGET [overrides] [--verbose] [--config-dir DIR]  # TARGET: run dir, checkpoint dir or URI
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
     raystream tracking upload RECORD [--tracking-uri URI]  # a run's record into MLflow (after a tracking outage)
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
@@ -33,8 +33,8 @@ from omegaconf import OmegaConf
 from raystream.config import ConfigError, compose
 from raystream.config_tree import ConfigTreeError, add_user_dirs
 from raystream.tracking import events
-from raystream.tracking.store import TrackingStoreError, prepare_store, tracking_uri
-from raystream.train.ray_start import loopback_only
+from raystream.tracking.store import TrackingStoreError
+from raystream.train.ray_start import loopback_only, quiet_terminal
 
 if TYPE_CHECKING:
     from raystream.tune.sweep import SweepOutcome
@@ -66,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--cfg", choices=["job"], help="print the composed config and exit")
     sub.choices["sweep"].add_argument("--verbose", action="store_true",
                                       help="Ray's and Tune's output on the terminal (else in the sweep's log file)")
+    sub.choices["train"].add_argument("--verbose", action="store_true",
+                                      help="all of Ray's output as Ray prints it (its token-authentication notice, "
+                                           "colour codes in a log file or pipe)")
 
     ps = sub.add_parser("pretrain-start", help="train (once, cached) the pretrained start of the Table 1 miniature "
                                                "(+experiment=table1_start; raystream/train/start.py)")
@@ -75,8 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                                     "(raystream/train/eval_job.py)")
     e.add_argument("target", help="a training run's directory (its newest checkpoint), a checkpoint_<step> "
                                   "directory, or either as an s3:// / gs:// URI")
-    e.add_argument("overrides", nargs="*", help="the training run's overrides (experiment=...) and eval.* ones, "
-                                                 "e.g. eval.protocol=dino eval.dataset=/data/imagenet")
+    e.add_argument("overrides", nargs="*", help="overrides on top of the training run's recorded config, e.g. "
+                                                 "eval.protocol=dino eval.dataset=/data/imagenet")
+    e.add_argument("--verbose", action="store_true", help="all of Ray's output as Ray prints it")
 
     r = sub.add_parser("report", help="paper-style table and plots from MLflow")
     g = r.add_mutually_exclusive_group(required=True)
@@ -169,17 +173,18 @@ def _dispatch(args: argparse.Namespace) -> int:
     if getattr(args, "cfg", None) == "job":
         print(OmegaConf.to_yaml(cfg))
         return 0
+    if args.command in ("train", "eval") and not args.verbose:
+        quiet_terminal()  # Ray's token notice and colour codes (in a log file or pipe) left out
     if args.command == "train":
-        from raystream.train.preflight import check_evaluation_data  # lazy: see _dispatch
+        from raystream.train.preflight import check_inputs  # lazy: see _dispatch
         from raystream.train.run import main as train_main  # lazy: see _dispatch
 
-        prepare_store(tracking_uri(cfg))  # reachable, writable and created before Ray starts
-        check_evaluation_data(cfg)  # fit() checks the rest before Ray starts (the backbone's checkpoint included)
+        check_inputs(cfg)  # store, videos, evaluation data, start checkpoint: together; fit() opens the videos
         return train_main(cfg, overrides=args.overrides)
     if args.command == "eval":  # the target, probe set, model and tracking store are checked before Ray starts
         from raystream.train.eval_job import main as eval_main  # lazy: see _dispatch
 
-        return eval_main(cfg, args.target)
+        return eval_main(cfg, args.target, overrides=args.overrides)
     if args.command == "sweep":  # run_sweep checks the tracking store and every cell before Ray starts
         return sweep_main(cfg, overrides=args.overrides, verbose=args.verbose)
     if args.command == "bench" and args.eval:

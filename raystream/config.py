@@ -6,6 +6,7 @@ here, before Ray starts, with a message naming the key. Ray-free.
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +91,8 @@ def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictC
         with initialize_config_dir(config_dir=str(shipped), version_base="1.3"):
             cfg = hydra_compose(config_name=config_name, overrides=hydra_overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"invalid config (overrides {list(overrides)}): {_reason(exc)}") from None
+        raise ConfigError(f"invalid config (overrides {list(overrides)}): {_reason(exc)}"
+                          f"{_did_you_mean(hydra_overrides)}") from None
     finally:
         GlobalHydra.instance().clear()
     _apply_sweep_axis_overrides(cfg, axis_overrides)
@@ -140,7 +142,63 @@ def _check_known_keys(cfg: DictConfig) -> None:
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or "?"
         raise ConfigError(f"config key `{key}` is not a config key of raystream (see `raystream train --cfg job` "
-                          f"for the keys): {_reason(exc)}") from None
+                          f"for the keys): {_reason(exc)}{_did_you_mean([key])}") from None
+
+
+# The sections a suggestion names first, the most often set first.
+SECTION_ORDER = ("trainer", "optimizer", "stream", "data", "scenario", "eval", "mlflow", "sweep")
+
+
+def schema_keys() -> List[str]:
+    """Every dotted key of the schema, sections included (`trainer`, `trainer.seed`, ...)."""
+    keys: List[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        for k, v in node.items():
+            keys.append(f"{prefix}{k}")
+            if isinstance(v, dict):
+                walk(v, f"{prefix}{k}.")
+
+    walk(OmegaConf.to_container(OmegaConf.structured(RunConfig), resolve=False), "")
+    return keys
+
+
+def nearest_keys(key: str, limit: int = 3) -> List[str]:
+    """The schema keys a mistyped `key` most likely meant: those ending in the same name, shallowest and in
+    SECTION_ORDER first (`seed` -> `trainer.seed`), else the closest spellings of the whole key at its depth
+    (`trainer.sed` -> `trainer.seed`), else of its last name (`optimizer.lrr` -> `optimizer.lr`)."""
+    keys = schema_keys()
+    section, _, name = key.rpartition(".")
+
+    def rank(k: str) -> Tuple[int, int]:
+        top = k.split(".", 1)[0]
+        return k.count("."), SECTION_ORDER.index(top) if top in SECTION_ORDER else len(SECTION_ORDER)
+
+    same = sorted((k for k in keys if k.rpartition(".")[2] == name and k != key), key=rank)
+    if same:
+        return same[:limit]
+    close = difflib.get_close_matches(key, [k for k in keys if k.count(".") == key.count(".")], n=limit,
+                                      cutoff=0.8)
+    if close:
+        return close
+    names = difflib.get_close_matches(name, sorted({k.rpartition(".")[2] for k in keys}), n=limit, cutoff=0.6)
+    found = sorted((k for n in names for k in keys if k.rpartition(".")[2] == n), key=rank)
+    in_section = [k for k in found if k.startswith(f"{section}.")] if section else []
+    return (in_section or found)[:limit]
+
+
+def _did_you_mean(overrides: Sequence[str]) -> str:
+    """`; did you mean trainer.seed?` for each override whose key is not in the schema, "" when none is."""
+    known = set(schema_keys())
+    hints = []
+    for text in overrides:
+        key = text.split("=", 1)[0].lstrip("+~").strip()
+        if not key or key in known or key.startswith("hydra.") or "@" in key:
+            continue
+        nearest = nearest_keys(key)
+        if nearest:
+            hints.append(f"`{key}`: did you mean {' or '.join(nearest)}?")
+    return "".join(f"; {h}" for h in hints)
 
 
 def _reason(exc: BaseException) -> str:

@@ -79,3 +79,55 @@ def test_make_clean_removes_every_file_raystream_writes_in_the_working_directory
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+
+
+def test_every_bad_input_of_a_run_is_reported_together_without_resume_advice(tmp_path):
+    """A bad data.videos, a probe set that cannot be listed and a missing start checkpoint: one message names
+    all three, before Ray starts, with no "re-run with trainer.run_name=... to resume it" (nothing started)."""
+    ssv2 = tmp_path / "ssv2"  # labels and train split, no validation split under either name
+    ssv2.mkdir()
+    (ssv2 / "something-something-v2-labels.json").write_text('{"Holding something": "0"}')
+    (ssv2 / "something-something-v2-train.json").write_text("[]")
+    out = _run_in(tmp_path, "train", f"data.videos=[{tmp_path / 'a.mp4'}]", f"eval.dataset={ssv2}",
+                  f"scenario.backbone.init={tmp_path / 'start.pt'}")
+    assert out.returncode == 2, out.stderr[-2000:]
+    err = out.stderr
+    assert "3 problems with the run's inputs" in err and "Traceback" not in err
+    assert f"`data.videos`: 1 of 1 videos not found: {tmp_path / 'a.mp4'}" in err
+    assert "looked for something-something-v2-validation.json and validation.json" in err
+    assert "scenario.backbone.init" in err
+    assert "resume" not in out.stdout + err and "re-run" not in out.stdout + err
+    assert "Ray" not in out.stdout + err.replace("raystream", "")  # no Ray started
+
+
+def test_rays_token_notice_and_colour_codes_stay_off_a_log_unless_verbose():
+    """What `raystream train` does before Ray starts (`quiet_terminal`), then Ray's own token-authentication
+    notice, its coloured dashboard line and a forwarded worker line, written into a pipe: without it (as before,
+    and with --verbose) they carry the notice and raw colour codes; with it, neither."""
+    script = """
+import logging, sys
+from raystream.train import ray_start
+ray_start.loopback_only()
+if sys.argv[1] == "quiet":
+    ray_start.quiet_terminal()
+from ray._private import worker
+import colorama  # Ray's copy (ray puts its third-party files on the path)
+from ray._private.authentication import authentication_token_setup as auth
+auth._warn_token_auth_enabled()
+logging.getLogger("ray._private.worker").info(
+    "Started a local Ray instance. View the dashboard at %s%shttp://127.0.0.1:8265 %s%s",
+    colorama.Style.BRIGHT, colorama.Fore.GREEN, colorama.Fore.RESET, colorama.Style.NORMAL)
+worker.print_worker_logs({"pid": 7, "actor_name": "RayTrainWorker", "ip": "127.0.0.1", "localhost": "127.0.0.1",
+                          "is_err": False, "lines": ["[run] step 4/4"]}, sys.stdout)
+"""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_COLOR_PREFIX"}
+    loud, quiet = (subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, env=env,
+                                  timeout=120) for mode in ("verbose", "quiet"))
+    assert loud.returncode == 0 and quiet.returncode == 0, loud.stderr[-2000:] + quiet.stderr[-2000:]
+    loud_text, quiet_text = loud.stdout + loud.stderr, quiet.stdout + quiet.stderr
+    assert "Token authentication" in loud_text and "\x1b[" in loud_text  # what the test would catch
+    assert "Token authentication" not in quiet_text and "\x1b[" not in quiet_text
+    assert "View the dashboard at http://127.0.0.1:8265" in quiet_text
+    assert "(RayTrainWorker pid=7) [run] step 4/4" in quiet_text

@@ -1,5 +1,7 @@
 """The composed config: shipped files compose, bad keys and values fail before Ray starts, naming the key."""
 
+import re
+
 import pytest
 
 from raystream.config import ConfigError, compose, flatten
@@ -89,6 +91,17 @@ def test_the_compiled_step_is_asked_for_only_where_it_exists(overrides):
 def test_a_wrong_type_keeps_its_reason():
     with pytest.raises(ConfigError, match=r"trainer.max_steps=abc.*'abc' of type 'str' could not be converted"):
         compose(["trainer.max_steps=abc"])
+
+
+@pytest.mark.parametrize("override, nearest", [
+    ("seed=0", "trainer.seed"),  # a top-level key that is a section's: that section's, the most often set first
+    ("+max_steps=3", "trainer.max_steps"),  # with `+` too (a key Hydra would add)
+    ("optimizer.lrr=1e-3", "optimizer.lr"),  # a misspelt name in its section
+    ("trainer.sed=1", "trainer.seed"),
+])
+def test_an_unknown_key_suggests_the_nearest(override, nearest):
+    with pytest.raises(ConfigError, match=f"did you mean {re.escape(nearest)}[ ?]"):
+        compose([override])
 
 
 def test_sweep_axes_are_set_from_the_command_line_with_or_without_plus():

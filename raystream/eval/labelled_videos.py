@@ -120,7 +120,7 @@ def _clip(sprites, background, T: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------- folders
 
 
-def _labelled_entries(dataset: str):
+def labelled_entries(dataset: str):
     """The labelled videos of `eval.dataset`: a folder (or prefix) of class sub-folders, or a CSV manifest."""
     suffix = Path(dataset.rstrip("/")).suffix.lower()
     if suffix in MANIFEST_EXTENSIONS and (is_uri(dataset) or Path(dataset).expanduser().is_file()):
@@ -138,7 +138,7 @@ def _labelled_entries(dataset: str):
 
 def _folder_probe(dataset: str, data_cfg, stream_cfg, limit: int) -> ProbeSet:
     res = int(stream_cfg.resolution)
-    entries = _labelled_entries(str(dataset))
+    entries = labelled_entries(str(dataset))
     if not entries:
         raise DataError(f"eval.dataset = {dataset!r}: holds no labelled videos")
     good, bad = describe_videos(entries, data_cfg, "eval.dataset")

@@ -30,8 +30,8 @@ from raystream.data.stream.clips import ClipGeometry
 from raystream.data.videos.cache import NodeCache
 from raystream.data.videos.index import describe_videos
 from raystream.data.videos.listing import VideoEntry
-from raystream.eval.labelled_videos import load_probe_set
-from raystream.eval.probe_sets import ProbeListing, Sample, list_probe_set
+from raystream.eval.labelled_videos import labelled_entries, load_probe_set
+from raystream.eval.probe_sets import SSV2_LABELS, ProbeListing, Sample, list_probe_set
 from raystream.eval.views import clip_view, dino_sizes, image_view
 
 Load = Callable[[Sequence[Any], str, np.random.Generator], torch.Tensor]
@@ -126,6 +126,26 @@ def video_source(listing: ProbeListing, data_cfg, stream_cfg, frames: int, fps: 
         return torch.from_numpy(np.stack(out)).float().div_(255.0)
 
     return ProbeSource("videos", listing.train, listing.test, listing.num_classes, load)
+
+
+PROBE_LAYOUTS = (f"an ImageFolder (train/<class>/, val/<class>/), Something-Something v2 ({SSV2_LABELS} or "
+                 "labels.json beside its train and validation splits), `path label` lists (train.csv or .txt beside "
+                 "val, validation or test), class sub-folders of videos, or a CSV manifest with path,label")
+
+
+def check_probe_set(dataset: str) -> str:
+    """List the probe set `dataset` (nothing decoded) as `load_probe_source` will: a DataError naming what was
+    looked for when it cannot be listed, so that a run or `raystream eval` fails before Ray starts. Its layout."""
+    listing = list_probe_set(dataset)
+    if listing is not None:
+        return listing.layout
+    try:
+        found = labelled_entries(dataset)
+    except DataError as exc:
+        raise DataError(f"{exc}; looked for {PROBE_LAYOUTS}") from None
+    if not found:
+        raise DataError(f"eval.dataset = {dataset!r}: no probe set there; looked for {PROBE_LAYOUTS}")
+    return "labelled videos"
 
 
 def load_probe_source(data_cfg, stream_cfg, eval_cfg) -> ProbeSource:

@@ -1,10 +1,11 @@
 """Probe sets as their authors publish them, listed (nothing decoded): `eval.dataset` names one of
 
 - an ImageFolder root (ImageNet's layout): `train/<class>/<image>` and `val/<class>/<image>` (.JPEG, .jpg, .png);
-- Something-Something v2: `something-something-v2-labels.json` ({"template text": "index"}), `train.json` and
-  `validation.json` (entries {id, label, template, placeholders}; the class is the template with its brackets
-  removed), and the videos `<id>.webm` anywhere under the root (SSv2 unpacks them into
-  `20bn-something-something-v2/`);
+- Something-Something v2: `something-something-v2-labels.json` ({"template text": "index"}) with
+  `something-something-v2-train.json` and `-validation.json` as the original release names them, or `labels.json`,
+  `train.json` and `validation.json` as the plain names in use (entries {id, label, template, placeholders}; the
+  class is the template with its brackets removed), and the videos `<id>.webm` anywhere under the root (SSv2
+  unpacks them into `20bn-something-something-v2/`);
 - a folder of `path label` lists (VideoMAE's and V-JEPA's for SSv2 and Kinetics-400): `train.csv` (or .txt) and
   `val.csv` (or `validation.*`, `test.*`); lines `path label`, space or comma separated, an optional header line,
   integer labels, paths relative to the list's folder or absolute (or URIs).
@@ -29,8 +30,9 @@ from raystream.uris import is_uri
 
 KEY = "eval.dataset"
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
-SSV2_LABELS = "something-something-v2-labels.json"
-SSV2_SPLITS = ("train.json", "validation.json")
+SSV2_RELEASE = "something-something-v2-"  # the original release's prefix of each file name
+SSV2_LABELS = f"{SSV2_RELEASE}labels.json"
+SSV2_SPLITS = ("train", "validation")
 LIST_TRAIN = ("train.csv", "train.txt")
 LIST_TEST = ("val.csv", "val.txt", "validation.csv", "validation.txt", "test.csv", "test.txt")
 
@@ -62,7 +64,7 @@ class ProbeListing:
 def list_probe_set(dataset: str) -> Optional[ProbeListing]:
     """The listing of `dataset` when it is one of the published layouts above, else None."""
     root = _Root(dataset)
-    if root.is_file(SSV2_LABELS):
+    if root.is_file(SSV2_LABELS) or (root.is_file("labels.json") and root.is_file("train.json")):
         return _ssv2(root)
     train_list = next((n for n in LIST_TRAIN if root.is_file(n)), None)
     if train_list is not None:
@@ -143,15 +145,27 @@ def _image_folder(root: _Root) -> ProbeListing:
     return ProbeListing("images", "image folder", train, test, names)
 
 
+def _ssv2_file(root: _Root, name: str) -> str:
+    """`something-something-v2-<name>.json` (the release's name) or `<name>.json`, whichever the root has; a
+    DataError naming both when it has neither."""
+    names = (f"{SSV2_RELEASE}{name}.json", f"{name}.json")
+    found = next((n for n in names if root.is_file(n)), None)
+    if found is None:
+        raise DataError(f"{KEY} = {root.dataset!r}: a Something-Something v2 folder without its {name} split: "
+                        f"looked for {names[0]} and {names[1]}")
+    return found
+
+
 def _ssv2(root: _Root) -> ProbeListing:
-    labels = _json(root, SSV2_LABELS)
+    labels_file = _ssv2_file(root, "labels")
+    labels = _json(root, labels_file)
     if not isinstance(labels, dict):
-        raise DataError(f"{root.join(SSV2_LABELS)}: expected an object {{\"template\": \"index\"}}")
+        raise DataError(f"{root.join(labels_file)}: expected an object {{\"template\": \"index\"}}")
     names_by_index = {int(v): k for k, v in labels.items()}
     names = tuple(names_by_index[i] for i in sorted(names_by_index))
     videos = {os.path.splitext(rel.rsplit("/", 1)[-1])[0]: (full, obj) for rel, full, obj in root.files((".webm",))}
     splits = []
-    for split in SSV2_SPLITS:
+    for split in [_ssv2_file(root, name) for name in SSV2_SPLITS]:
         entries, samples = _json(root, split), []
         for i, e in enumerate(entries):
             try:
@@ -162,7 +176,7 @@ def _ssv2(root: _Root) -> ProbeListing:
             cls = template.replace("[", "").replace("]", "")
             if cls not in labels:
                 raise DataError(f"{root.join(split)}: entry {i} (id {vid}) has template {template!r}, which is not "
-                                f"in {SSV2_LABELS} (with its brackets removed: {cls!r})")
+                                f"in {labels_file} (with its brackets removed: {cls!r})")
             if vid not in videos:
                 raise DataError(f"{KEY} = {root.dataset!r}: video {vid}.webm of {split} (entry {i}) not found "
                                 "under the root")

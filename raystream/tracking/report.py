@@ -135,17 +135,54 @@ def _client(tracking_uri: Optional[str]):
 
 
 def find_parent(client, experiment: Optional[str] = None, parent: Optional[str] = None):
-    """The sweep's parent run: `parent` by id, else the latest sweep parent run of MLflow experiment `experiment`."""
+    """The sweep's parent run: `parent` by id, else the latest sweep parent run of MLflow experiment `experiment`.
+    LookupError naming the experiments the store has when there is no `experiment`, and its single runs when it
+    holds no sweep."""
     if parent:
         return client.get_run(parent)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
-        raise LookupError(f"no MLflow experiment named {experiment!r}")
+        there = sorted(e.name for e in client.search_experiments())
+        raise LookupError(f"no MLflow experiment named {experiment!r}; the store has "
+                          + (", ".join(repr(n) for n in there) if there else "none"))
     runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = '{names.ROLE_SWEEP}'",
                               order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
-        raise LookupError(f"MLflow experiment {experiment!r} has no sweep parent run (tag {ROLE_TAG}={names.ROLE_SWEEP})")
+        singles = len(single_runs(client, exp.experiment_id))
+        raise LookupError(f"MLflow experiment {experiment!r} has no sweep parent run (tag {ROLE_TAG}="
+                          f"{names.ROLE_SWEEP}) but {singles} single run(s): `raystream report` tables a sweep's "
+                          f"trials; {singles_hint(client.tracking_uri)}")
     return runs[0]
+
+
+def singles_hint(uri: str) -> str:
+    return f"compare single runs (`raystream train`) in the MLflow UI: mlflow ui --backend-store-uri {uri}"
+
+
+def single_runs(client, experiment_id: str) -> list:
+    """The runs of an experiment in no sweep: neither a sweep's parent nor a trial under one (`raystream train`,
+    `raystream eval`'s own runs)."""
+    runs = client.search_runs([experiment_id], max_results=10000)
+    return [r for r in runs if names.PARENT_RUN_TAG not in r.data.tags
+            and r.data.tags.get(ROLE_TAG) not in (names.ROLE_SWEEP, names.ROLE_TRIAL)]
+
+
+def which_sweep(client, parent_run, uri: str) -> str:
+    """The line `raystream report --experiment` prints first: the sweep it reports (the experiment's latest), how
+    many others there are and how to report one, and the single runs the report leaves out."""
+    exp_id = parent_run.info.experiment_id
+    sweeps = client.search_runs([exp_id], filter_string=f"tags.`{ROLE_TAG}` = '{names.ROLE_SWEEP}'",
+                                max_results=10000)
+    experiment = client.get_experiment(exp_id).name
+    line = (f"report of sweep {parent_run.info.run_name} (MLflow run {parent_run.info.run_id}), the latest of "
+            f"{len(sweeps)} sweep(s) in experiment {experiment!r}")
+    if len(sweeps) > 1:
+        line += "; another one: raystream report --parent RUN_ID"
+    singles = single_runs(client, exp_id)
+    if singles:
+        line += (f". {len(singles)} single run(s) of the experiment are in no sweep and not in this report: "
+                 + singles_hint(uri))
+    return line
 
 
 def load_trials(client, parent_run) -> List[Trial]:
@@ -394,7 +431,9 @@ def main(experiment: Optional[str] = None, parent: Optional[str] = None, out: Op
     try:
         client, uri = _client(tracking_uri)
     except TrackingStoreError as exc:
-        print(f"raystream report: {exc}", file=sys.stderr)
+        missing = f"no MLflow experiment {experiment!r} here: " if experiment else ""
+        print(f"raystream report: {missing}{exc} (set MLFLOW_TRACKING_URI to the store the runs wrote)",
+              file=sys.stderr)
         return 2
     try:
         parent_run = find_parent(client, experiment=experiment, parent=parent)
@@ -404,6 +443,8 @@ def main(experiment: Optional[str] = None, parent: Optional[str] = None, out: Op
     except Exception as exc:  # mlflow raises MlflowException for an unknown run id
         print(f"raystream report: no run {parent!r} in {uri}: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
+    if experiment:
+        print(which_sweep(client, parent_run, uri))
     table, files = write_report(client, parent_run, out)
     print(table.to_markdown())
     print(f"wrote {', '.join(str(f) for f in files)} (also artifacts of MLflow run {parent_run.info.run_id})")

@@ -2,13 +2,15 @@
 of its own, on every worker.
 
 On the driver, before Ray starts (`prepare`): the target is resolved (raystream/train/eval_target.py), the config
-checked, the probe set listed and checked against the protocol (`eval.protocol=dino` is DINO's protocol on an
-image set: a set of videos is refused), and the checkpoint's model checked against the configured scenario (the
-same overrides as the training run: `experiment=...`). Then a `TorchTrainer` of `trainer.num_workers` workers
-(`eval_loop_per_worker`) loads the checkpoint on each worker's device, and every worker runs the evaluation
-(raystream/train/evaluator.py): its part of the probe set encoded (bf16 autocast on GPU), the features gathered,
-the probes trained data-parallel. The features go to `<run dir>/eval_features/` (keyed by checkpoint, protocol and
-probe set): a second evaluation of the same checkpoint and protocol encodes nothing.
+is the training run's own recorded one with the command's overrides on top (`run_config`, said in one line), the
+config checked, the probe set listed (exit 2 naming what was looked for when it cannot be) and checked against the
+protocol (`eval.protocol=dino` is DINO's protocol on an image set: a set of videos is refused), and the
+checkpoint's model read and checked against the configured scenario. Then a `TorchTrainer` of
+`trainer.num_workers` workers (`eval_loop_per_worker`) loads the checkpoint on each worker's device, and every
+worker runs the evaluation (raystream/train/evaluator.py): its part of the probe set encoded (bf16 autocast on
+GPU), the features gathered, the probes trained data-parallel. The features go to `<run dir>/eval_features/`
+(keyed by checkpoint, protocol and probe set): a second evaluation of the same checkpoint and protocol encodes
+nothing.
 
 The metrics go into the training run's MLflow run (at the checkpoint's last step, tagged
 `raystream.eval.<protocol>` = the checkpoint) when the run directory names one the tracking store holds;
@@ -20,7 +22,7 @@ from __future__ import annotations
 import io
 import sys
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence, Union
 
 import ray.train
 import ray.train.torch
@@ -31,6 +33,7 @@ from ray.train.torch import TorchTrainer
 
 from raystream.config import ConfigError, check
 from raystream.data import DataError
+from raystream.eval.loaders import check_probe_set
 from raystream.eval.probe_sets import list_probe_set
 from raystream.eval.shard import Shard
 from raystream.models import build_scenario
@@ -42,7 +45,7 @@ from raystream.train import faults
 from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
 from raystream.train.checkpoint import MODEL_FILE
-from raystream.train.eval_target import EvalTarget, features_uri, resolve
+from raystream.train.eval_target import EvalTarget, features_uri, instead, resolve, run_config
 from raystream.train.evaluator import Evaluator, StoredFeatures
 from raystream.train.loop import typed_config
 from raystream.train.preflight import check_local_cpus, check_resources
@@ -68,14 +71,21 @@ def check_protocol_fits(cfg) -> None:
 def check_model_fits(cfg, target: EvalTarget) -> None:
     """The checkpoint's model.pt has the keys and shapes of the configured scenario's model (built on the meta
     device); ConfigError naming both otherwise."""
-    state = read_model_state(target.checkpoint)
+    try:
+        state = read_model_state(target.checkpoint)
+    except Exception as exc:  # a torn or foreign model.pt: pickle, zip or torch errors, whichever the bytes give
+        fs, path = filesystem_at(target.checkpoint)
+        scheme = target.checkpoint.partition("://")[0] if "://" in target.checkpoint else None
+        raise ConfigError(f"{target.checkpoint}/{MODEL_FILE} cannot be read ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else ''}); "
+                          f"{instead(fs, path.rsplit('/', 1)[0], path, scheme)}") from None
     with torch.device("meta"):
         model = build_scenario(cfg.scenario, cfg.stream, int(cfg.trainer.seed)).model
     try:
         _check_fit(model, state, target.checkpoint, f"scenario {cfg.scenario.name}'s model")
     except CheckpointError as exc:
-        raise ConfigError(f"{exc}. `raystream eval` takes the training run's overrides (experiment=..., "
-                          "scenario.*) so the model is the one trained") from None
+        raise ConfigError(f"{exc}. `raystream eval` takes the training run's recorded config: override "
+                          "scenario.* only to match the checkpoint") from None
 
 
 def read_model_state(checkpoint: str) -> Dict[str, Any]:
@@ -85,10 +95,12 @@ def read_model_state(checkpoint: str) -> Dict[str, Any]:
         return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
 
 
-def prepare(cfg: DictConfig, target_text: str) -> EvalTarget:
+def prepare(cfg: DictConfig, target: Union[str, EvalTarget]) -> EvalTarget:
     """Every check of `raystream eval` that needs no Ray (module docstring); the resolved target."""
-    target = resolve(target_text)
+    target = resolve(target) if isinstance(target, str) else target
     check(cfg)
+    if cfg.eval.dataset is not None:
+        check_probe_set(str(cfg.eval.dataset))
     check_protocol_fits(cfg)
     check_model_fits(cfg, target)
     return target
@@ -174,11 +186,16 @@ def record(cfg, target: EvalTarget, metrics: Dict[str, float]) -> str:
     return run_id
 
 
-def main(cfg: DictConfig, target_text: str) -> int:
+def main(cfg: DictConfig, target_text: str, overrides: Optional[Sequence[str]] = None) -> int:
     """`raystream eval`: exit 0, 1 (the job failed) or 2 (bad target, config, probe set or tracking store: nothing
-    ran; the store is created only once the rest is checked)."""
+    ran; the store is created only once the rest is checked). `overrides` (the command's): the config is the
+    training run's recorded one with them on top; None: `cfg` as it is."""
     try:
-        target = prepare(cfg, target_text)
+        target = resolve(target_text)
+        if overrides is not None:
+            cfg, line = run_config(target, overrides)
+            print(line, file=sys.stderr, flush=True)
+        target = prepare(cfg, target)
     except (ConfigError, DataError) as exc:
         print(f"raystream eval: {exc}", file=sys.stderr)
         return 2

@@ -1,5 +1,8 @@
 """Checks made on the driver before any worker starts, each failing with a ConfigError that names the key.
 
+- `raystream train`'s inputs, all checked together and reported together (`check_inputs`): the MLflow tracking
+  store, the videos listed (`data.videos`, `data.heldout_videos`), the evaluation data the scenario needs and the
+  probe set listed (`eval.dataset`), the start checkpoint (`scenario.backbone.init`);
 - the composed config's own checks (`raystream.config.check`: ranges, batch size divisible by workers), again,
   because Tune hands `fit` configs it changed;
 - a run on its own videos has the evaluation data its scenario needs (`eval.dataset` for probes,
@@ -21,10 +24,51 @@ import sys
 from pathlib import Path
 from typing import List, Mapping, Optional, Tuple
 
+from omegaconf import OmegaConf
+
 from raystream.config import ConfigError
-from raystream.data import build_stream
+from raystream.data import DataError, build_stream
+from raystream.data.videos.listing import resolve_videos
 from raystream.models.checkpoint import CheckpointError
 from raystream.models.scenario import Scenario, check_init
+from raystream.uris import is_uri
+
+
+def check_inputs(cfg) -> None:
+    """Every input of a run that can be checked before Ray starts, checked together: one ConfigError listing each
+    problem (the tracking store, the videos, the evaluation data, the probe set, the start checkpoint), so that
+    one bad input does not hide another. A new sqlite tracking store is created here (`prepare_store`)."""
+    from raystream.eval.loaders import check_probe_set  # lazy: the probes' loaders (PIL, decoders)
+    from raystream.tracking.store import TrackingStoreError, prepare_store, tracking_uri  # lazy: MLflow
+
+    checks = [lambda: prepare_store(tracking_uri(cfg)), lambda: _check_videos(cfg, "data.videos"),
+              lambda: _check_videos(cfg, "data.heldout_videos"), lambda: check_evaluation_data(cfg),
+              lambda: cfg.eval.dataset is None or check_probe_set(str(cfg.eval.dataset)),
+              lambda: check_backbone_init(cfg, say=False)]
+    problems = []
+    for run_check in checks:
+        try:
+            run_check()
+        except (ConfigError, DataError, TrackingStoreError) as exc:
+            problems.append(str(exc))
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(f"{len(problems)} problems with the run's inputs (nothing ran):\n"
+                          + "\n".join(f"  - {p}" for p in problems))
+
+
+def _check_videos(cfg, key: str) -> None:
+    """The videos `key` names are listed and, on this node, there (unless `data.on_bad_video=skip` may leave
+    missing ones out); opening them is `stream_plan`'s."""
+    spec = OmegaConf.select(cfg, key)
+    if spec is None:
+        return
+    entries = resolve_videos(spec, key)
+    missing = [e.path for e in entries if not is_uri(e.path) and not os.path.isfile(e.path)]
+    if missing and (str(cfg.data.on_bad_video) != "skip" or len(missing) == len(entries)):
+        raise DataError(f"`{key}`: {len(missing)} of {len(entries)} videos not found: "
+                        + ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else ""))
 
 
 def check_evaluation_data(cfg) -> None:
@@ -45,9 +89,9 @@ def check_evaluation_data(cfg) -> None:
             "manifest)")
 
 
-def check_backbone_init(cfg) -> Optional[str]:
+def check_backbone_init(cfg, say: bool = True) -> Optional[str]:
     """A checkpoint in `scenario.backbone.init` is read, translated and checked against the model on the meta
-    device, before Ray starts; its one line goes to stderr and is returned (None for random weights). A
+    device, before Ray starts; its one line goes to stderr (`say`) and is returned (None for random weights). A
     CheckpointError becomes a ConfigError."""
     if str(cfg.scenario.backbone.init) in ("", "random"):
         return None
@@ -60,7 +104,8 @@ def check_backbone_init(cfg) -> Optional[str]:
         if start.parent.name == "starts" and not start.exists():
             hint = " (a start made here: make it first with `raystream pretrain-start`, docs/results.md)"
         raise ConfigError(f"{exc}{hint}") from None
-    print(f"raystream: {line}", file=sys.stderr, flush=True)
+    if say:
+        print(f"raystream: {line}", file=sys.stderr, flush=True)
     return line
 
 

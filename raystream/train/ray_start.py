@@ -19,6 +19,11 @@ from the forwarded output; they stay in Ray's logs
 under /tmp/ray. This wraps Ray's private log dispatcher (`ray._private.ray_logging`); where a Ray version lacks
 it, nothing is filtered.
 
+On the driver's terminal (`quiet_terminal`, unless `--verbose`): Ray's token-authentication notice (a local
+cluster is bound to loopback; raystream has nothing for the user to do about it) is dropped, and where the output
+is no terminal (a log file, a pipe) Ray's colour codes are left out, from its own log lines and from the
+`(RayTrainWorker pid=...)` prefixes of forwarded output (Ray's `RAY_COLOR_PREFIX=0`).
+
 A local cluster's processes are told where its own dashboard is (`RAY_API_SERVER_ADDRESS`, set before the
 cluster starts, so its raylet and workers inherit it). Ray's State API client otherwise finds "the" cluster of the
 host: with several Ray instances it takes the last `ray start`'s, and with one it takes whatever answers on the
@@ -29,8 +34,11 @@ run: the run dies with `ActorDiedError` the moment a neighbour cluster starts (`
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import socket
+import sys
 from typing import Any, Dict, Optional
 
 # Forwarded worker output that is Ray's internal noise: whole batches of these actors, and lines with these marks.
@@ -42,6 +50,12 @@ _CHAIN = ("Traceback (most recent call last)", "During handling of the above exc
           "The above exception was the direct cause")
 
 
+# Ray's driver loggers whose lines a raystream user has nothing to do about (unless --verbose).
+QUIET_LOGGERS = ("ray._private.authentication",)
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+COLOUR_PREFIX_ENV = "RAY_COLOR_PREFIX"  # Ray's: "0" = forwarded output's `(name pid=...)` prefix without colour
+
+
 SINGLE_MACHINE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # Ray's flag: "0" = node address 127.0.0.1
 API_SERVER_ENV = "RAY_API_SERVER_ADDRESS"  # Ray's: the dashboard its State API client asks, before any discovery
 
@@ -51,6 +65,40 @@ def loopback_only() -> None:
     Call before `ray` is imported; a value the user set is kept."""
     if not os.environ.get("RAY_ADDRESS"):
         os.environ.setdefault(SINGLE_MACHINE_ENV, "0")
+
+
+class _TerminalNoise(logging.Filter):
+    """On the handlers of Ray's `ray` logger: drops the QUIET_LOGGERS' records and, unless the handler writes to a
+    terminal, the colour codes of the others."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith(QUIET_LOGGERS):
+            return False
+        message = record.getMessage()
+        if "\x1b[" in message and not _is_terminal(getattr(self, "stream", None)):
+            record.msg, record.args = _COLOUR.sub("", message), None
+        return True
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def quiet_terminal() -> None:
+    """What `raystream train` and `raystream eval` show of Ray on the terminal without `--verbose` (module
+    docstring): call before Ray starts; a `RAY_COLOR_PREFIX` the user set is kept."""
+    import ray  # noqa: F401  lazy, after loopback_only: importing Ray sets up the `ray` logger's handlers
+
+    if not (_is_terminal(sys.stdout) and _is_terminal(sys.stderr)):  # forwarded output goes to either
+        os.environ.setdefault(COLOUR_PREFIX_ENV, "0")
+    for handler in logging.getLogger("ray").handlers:
+        if not any(isinstance(f, _TerminalNoise) for f in handler.filters):
+            noise = _TerminalNoise()
+            noise.stream = getattr(handler, "stream", None)
+            handler.addFilter(noise)
 
 
 def start_ray() -> None:

@@ -44,7 +44,7 @@ from raystream.train.torch_backend import torch_config
 from raystream.tune.lock import RunLock
 from raystream.uris import first_line
 
-RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume
+RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume, the config
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
 
 
@@ -200,7 +200,8 @@ def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_
         if resume is not None and info.get("mlflow_run_id") and run_id != info["mlflow_run_id"]:
             _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
         # at once: a run (a sweep's trial) stopped before its first step reopens this MLflow run when resumed
-        run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name})
+        run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name,
+                                           "config": OmegaConf.to_container(cfg, resolve=True)})  # `raystream eval`'s
         _log_params(client, run_id, flatten(cfg))
         if skipped_videos:  # data.on_bad_video=skip: which videos the run left out, and why
             _log_skipped_videos(client, run_id, skipped_videos)
@@ -335,8 +336,7 @@ def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> int:
     """`raystream train <overrides>`: fit one run, print where its results are. Exit 0, 1 (training failed or
     diverged), 2 (bad config or data) or 130 (interrupted: the resume command is printed)."""
     name = cfg.trainer.run_name or default_run_name(cfg)
-    print(f"raystream train: run {name} in {results.uri(cfg.trainer.storage_path)}/{name} (re-run with "
-          f"trainer.run_name={name} to resume it)", flush=True)
+    print(f"raystream train: run {name} in {results.uri(cfg.trainer.storage_path)}/{name}", flush=True)
     try:
         final = fit(cfg, run_name=name)
     except (ConfigError, DataError) as exc:
@@ -354,7 +354,8 @@ def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> int:
         print(f"raystream train: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # ray.train.TrainingFailedError and what it wraps
-        print(f"raystream train: training failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"raystream train: training failed: {type(exc).__name__}: {exc}\nOnce the cause is fixed, resume "
+              f"from the last checkpoint with:\n  {resume_command(name, overrides)}", file=sys.stderr)
         return 1
     shown = {k: v for k, v in final.items() if k.startswith(names.EVAL_PREFIX) or k == names.LOSS}
     print(f"\nrun {final['run_name']}: {final.get('steps_done', '?')} steps, "

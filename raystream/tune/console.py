@@ -50,9 +50,11 @@ class SweepConsole(tune.Callback):
                  every_s: float = PROGRESS_EVERY_S):
         self.cell_values, self.sample_keys, self.every_s = list(cell_values), list(sample_keys), every_s
         self._t0, self._total, self._started, self._last = time.time(), 0, 0, {}
+        self._shown: Dict[str, str] = {}  # each trial's last progress line
 
     def setup(self, stop=None, num_samples=None, total_num_samples=None, **info) -> None:
         self._t0, self._total, self._started, self._last = time.time(), int(total_num_samples or 0), 0, {}
+        self._shown = {}
 
     def name(self, trial) -> str:
         """The trial's MLflow run name (as `trial_main` gives it)."""
@@ -72,10 +74,13 @@ class SweepConsole(tune.Callback):
         self._last[trial.trial_id] = time.time()
 
     def on_trial_result(self, iteration: int, trials: List, trial, result: Dict[str, Any], **info) -> None:
-        now = time.time()
-        if now - self._last.get(trial.trial_id, 0.0) >= self.every_s:
-            self._last[trial.trial_id] = now
-            self.say(trial, metrics_text(result))
+        """A progress line when `every_s` have passed since the trial's last line and it shows something new: a
+        trial reports its last step more than once (its evaluation, its end), each such line is printed once."""
+        now, text = time.time(), metrics_text(result)
+        shown = self.__dict__.setdefault("_shown", {})  # a console saved by an older raystream lacks it
+        if now - self._last.get(trial.trial_id, 0.0) >= self.every_s and shown.get(trial.trial_id) != text:
+            self._last[trial.trial_id], shown[trial.trial_id] = now, text
+            self.say(trial, text)
 
     def on_trial_complete(self, iteration: int, trials: List, trial, **info) -> None:
         result = trial.last_result or {}

@@ -93,6 +93,29 @@ def test_an_ssv2_entry_with_an_unknown_template_or_video_is_named(ssv2, tmp_path
         list_probe_set(str(bad))
 
 
+RELEASE = "something-something-v2-"
+
+
+@pytest.mark.parametrize("naming", ["release", "plain"])
+def test_ssv2_files_named_as_the_release_or_plainly_are_both_read(ssv2, tmp_path, naming):
+    """The release names its splits something-something-v2-train.json / -validation.json; others use labels.json,
+    train.json, validation.json: both list the same samples. A missing split names both names it looked for."""
+    renamed = tmp_path / naming
+    renamed.mkdir()
+    for name in ("labels", "train", "validation"):
+        source = ssv2 / (f"{RELEASE}labels.json" if name == "labels" else f"{name}.json")
+        (renamed / (f"{RELEASE}{name}.json" if naming == "release" else f"{name}.json")).write_text(source.read_text())
+    (renamed / "20bn-something-something-v2").symlink_to(ssv2 / "20bn-something-something-v2")
+    listing, original = list_probe_set(str(renamed)), list_probe_set(str(ssv2))
+    assert listing is not None and listing.layout == "something-something-v2"
+    assert listing.class_names == original.class_names
+    assert [(Path(s.path).name, s.label) for s in listing.train + listing.test] == \
+        [(Path(s.path).name, s.label) for s in original.train + original.test]
+    (renamed / (f"{RELEASE}validation.json" if naming == "release" else "validation.json")).unlink()
+    with pytest.raises(DataError, match=f"looked for {RELEASE}validation.json and validation.json"):
+        list_probe_set(str(renamed))
+
+
 @pytest.mark.parametrize("train_text, val_name, val_text", [
     ("a/101.webm 0\na/102.webm 1\n", "val.csv", "a/110.webm 2\n"),  # VideoMAE's: space separated, no header
     ("path,label\na/101.webm,0\na/102.webm,1\n", "test.csv", "path,label\na/110.webm,2\n"),  # header, commas

@@ -153,6 +153,30 @@ def test_report_main_by_experiment_prints_the_table(sweep_store, tmp_path, capsy
     assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
 
 
+def test_report_by_experiment_names_its_sweep_the_single_runs_it_leaves_out_and_the_experiments_there_are(
+        sweep_store, tmp_path, capsys):
+    client, parent = sweep_store
+    exp_id = client.get_run(parent).info.experiment_id
+    single = client.create_run(exp_id, run_name="videomae-adamw-time-1")  # a `raystream train` run
+    client.set_terminated(single.info.run_id, "FINISHED")
+    alone = client.create_experiment("singles-only")
+    client.set_terminated(client.create_run(alone, run_name="one").info.run_id, "FINISHED")
+    try:
+        assert report.main(experiment="reptest", out=str(tmp_path / "o")) == 0
+        out = capsys.readouterr().out
+        assert f"report of sweep rep-run (MLflow run {parent}), the latest of 1 sweep(s) in experiment 'reptest'" in out
+        assert "1 single run(s) of the experiment are in no sweep and not in this report" in out
+        assert "mlflow ui --backend-store-uri" in out
+        assert report.main(experiment="nope") == 2
+        err = capsys.readouterr().err
+        assert "no MLflow experiment named 'nope'; the store has " in err and "'reptest'" in err
+        assert "'singles-only'" in err
+        assert report.main(experiment="singles-only") == 2
+        assert "has no sweep parent run" in (err := capsys.readouterr().err) and "1 single run(s)" in err
+    finally:
+        client.delete_run(single.info.run_id)
+
+
 def test_parent_run_records_name_file_commit_and_grid(sweep_store):
     client, parent = sweep_store
     run = client.get_run(parent)

@@ -108,6 +108,16 @@ def test_a_torn_checkpoint_is_named(tmp_path, trained):
         resolve(str(torn))
 
 
+def test_a_run_records_its_config_where_eval_starts_from_it(trained):
+    """`fit` writes the run's resolved config into raystream_run.json when it starts: `raystream eval` of the run
+    gets its overrides (2 workers, 2 steps) without their being typed again."""
+    from raystream.train.eval_target import run_config
+
+    cfg, line = run_config(resolve(trained["run_dir"]), ["eval.max_probe_samples=5"])
+    assert cfg.trainer.num_workers == 2 and cfg.trainer.max_steps == 2 and cfg.eval.max_probe_samples == 5
+    assert f"recorded in {trained['run_dir']}/raystream_run.json" in line
+
+
 def test_a_run_in_a_bucket_resolves_and_keeps_its_features_there(tmp_path, trained, tiny, monkeypatch):
     """No Ray: the target `s3://.../<run>` names its newest checkpoint and MLflow run, and the stored features
     are written and read back in the bucket."""

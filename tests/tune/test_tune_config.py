@@ -205,3 +205,20 @@ def test_sync_period_sets_tunes_checkpoint_period_for_one_sweep_only(monkeypatch
     with _checkpoint_period(1):
         assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "7"
     assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "7"
+
+
+def test_a_progress_line_is_printed_once_even_when_a_trial_reports_its_step_again(capsys):
+    """A trial reports its last step again (its evaluation, its end) more than `every_s` later: the sweep's
+    terminal shows that step's line once (it printed `[02:39] adamw-shuffled step 14 loss 0.5784` twice)."""
+    from ray.tune.experiment import Trial
+
+    from raystream.tune.console import SweepConsole
+
+    console = SweepConsole([{}], [], every_s=0.0)
+    trial = Trial("__fake", config={}, trial_id="t1", stub=True)
+    for result in ({"steps_done": 10, "loss": 0.6}, {"steps_done": 14, "loss": 0.5784},
+                   {"steps_done": 14, "loss": 0.5784, "eval/knn_top1": 0.2}, {"steps_done": 16, "loss": 0.5}):
+        console.on_trial_result(0, [trial], trial, result)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("] ", 1)[1].split(None, 1)[1] for line in lines] == \
+        ["step 10  loss 0.6", "step 14  loss 0.5784", "step 16  loss 0.5"]

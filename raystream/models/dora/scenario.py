@@ -15,7 +15,7 @@ The train loop needs nothing DoRA-specific:
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch import nn
@@ -66,6 +66,10 @@ class DoraScenario(Scenario):
 
     def encode(self, model: nn.Module, clips: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         return model.encode(clips)
+
+    def drift_modules(self, model: nn.Module) -> Dict[str, nn.Module]:
+        """The teacher backbone: an EMA in buffers that the optimizer never sees, and what the probes read."""
+        return {"teacher_backbone": unwrap(model).teacher.backbone}
 
 
 def _local_size(opts: DoraConfig, resolution: int, patch: int) -> int:

@@ -19,7 +19,8 @@
              steps): the window's values in ONE host transfer, each step checked finite and recorded in order;
 
     and reporting (`Records` on rank 0: MLflow, progress line; evaluations on every rank at once, each its part of
-    the work (raystream/train/evaluator.py); `report` on every rank: Ray Train
+    the work (raystream/train/evaluator.py), with rank 0's `drift/*` beside them (raystream/train/drift.py: θ_0
+    taken when the worker is built, before any restore); `report` on every rank: Ray Train
     reports, every `trainer.checkpoint_every` steps and after the last with rank 0's checkpoint).
 
 Loss and in-stream metrics are averaged over the workers. A non-finite loss or gradient norm ends the run at that

@@ -9,7 +9,7 @@ The train loop needs nothing DoRA-specific:
   known the momentum stays at its base value (logged once);
 - `needs = {'probe'}`: `evaluate` gives the probe metrics of `eval.protocol` (default: `eval/knn_top1`,
   `eval/linear_top1`; dino: kNN at k 10/20/100/200 and DINO's linear probe) on the TEACHER backbone's [CLS]
-  (`DoRA.encode`).
+  (`DoRA.encode`), so `drift_modules` names the teacher backbone (`drift/teacher_backbone`).
 """
 
 from __future__ import annotations

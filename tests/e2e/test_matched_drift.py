@@ -43,7 +43,8 @@ def test_smoke_matched_regime_end_to_end(tmp_path, ray_cluster):
     """On the session's Ray cluster (as `RAY_ADDRESS`: no Ray start per command)."""
     db = tmp_path / "mlflow.db"
     overrides = ["+experiment=regime", "sweep=matched_regime", "optimizer=adamw", "stream.order=batch_along_time",
-                 "trainer.seed=0", "sweep.grid={optimizer.lr: [0.001, 0.004]}", "trainer.max_steps=3",
+                 "trainer.seed=0", "sweep.grid={optimizer.lr: [0.001, 0.004]}",
+                 "sweep.exclude=[]", "trainer.max_steps=3",
                  "trainer.correlation_steps=0", "data.demo.frames_per_video=240", "eval.heldout_batches=1",
                  "eval.every=2", f"data.demo.cache_dir={tmp_path / 'demo'}", f"mlflow.tracking_uri=sqlite:///{db}",
                  "mlflow.experiment=matched-e2e", f"trainer.storage_path={tmp_path / 'results'}"]

@@ -136,6 +136,11 @@ class Scenario:
     def after_step(self, step: int) -> None:
         """Called by the loop after each optimizer step (e.g. DoRA's teacher EMA). Nothing to do by default."""
 
+    def drift_modules(self, model: nn.Module) -> Dict[str, nn.Module]:
+        """Modules the evaluations read besides the trained parameters, by name (`drift/<name>` says how far each
+        moved from the start, raystream/train/drift.py); none by default."""
+        return {}
+
     def encode(self, model: nn.Module, clips: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """(features (B, D), tokens (B, L, D)) the probes read; by default the model's own `encode`."""
         if not hasattr(model, "encode"):

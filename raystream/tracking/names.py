@@ -8,6 +8,9 @@ Per-step metrics (MLflow `step` = the global batch index t, 0-based, whatever th
 Evaluation metrics (step = the last step trained before the evaluation):
     eval/<m> from scenario.evaluate (eval/knn_top1, eval/linear_top1, eval/psnr_out_of_stream, ...),
     eval/<m>_in_stream (in_stream/<m> averaged over every step of the run), eval/loss_in_stream (same for loss).
+Drift (same steps as eval/*, and at the end; raystream/train/drift.py): drift/params (||θ_t - θ_0|| / ||θ_0|| over
+    the trained parameters, θ_0 the run's start), drift/<module> for a module the evaluations read besides them
+    (DoRA: drift/teacher_backbone).
 Tags: raystream.run_name, raystream.run_dir (the Ray Train run directory: checkpoints), raystream.status,
     raystream.error (why a run failed), raystream.warning.
 Artifacts: config.yaml (resolved config), plots/grad_cosine.png, plots/grad_cosine_hist.png, checkpoint/model.pt,
@@ -37,6 +40,8 @@ LAST_STEP_LOSS = "last_step_loss"
 
 IN_STREAM_PREFIX = "in_stream/"
 EVAL_PREFIX = "eval/"
+DRIFT_PREFIX = "drift/"
+DRIFT_PARAMS = DRIFT_PREFIX + "params"
 
 # The stream correlation at run start (raystream/train/correlation.py; the paper's Figure 1 as a pre-flight figure):
 # mean cosine of consecutive batches' gradients, the pass's mean gradient removed (and raw), logged at step 0.
@@ -155,3 +160,8 @@ def eval_name(metric: str) -> str:
 def in_stream_average_name(key: str) -> str:
     """`in_stream/mse` (or `loss`) -> `eval/mse_in_stream` (`eval/loss_in_stream`): its average over the stream."""
     return f"{EVAL_PREFIX}{key.removeprefix(IN_STREAM_PREFIX)}_in_stream"
+
+
+def drift_name(group: str) -> str:
+    """`params` -> `drift/params`, `teacher_backbone` -> `drift/teacher_backbone`."""
+    return DRIFT_PREFIX + group

@@ -10,7 +10,9 @@ of the last step (the Tune table's `loss` is the mean over the last report windo
 Writes `report.md`, `report.csv` and plots (each metric against each numeric grid axis such as
 `optimizer.orth_beta` or `stream.batch_size`; histograms of the per-step gradient cosine `grad_cos_prev` per
 optimizer, the paper's Figure 3; its curve over steps per row, Figure 1) to `--out` (default
-`reports/<sweep run>`), and logs them as artifacts of the sweep's parent run.
+`reports/<sweep run>`), and logs them as artifacts of the sweep's parent run. The `drift/*` columns say how far
+each row's weights moved; a sweep over `optimizer.lr` also gets each metric at matched drift
+(raystream/tracking/matched.py: `matched.md`, `matched.csv`, `<metric>_vs_drift.png`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import raystream.tracking.names as names
+from raystream.tracking import matched
 from raystream.tracking.names import (CORRELATION_PREFIX, ERROR_TAG, GRAD_COS_MEAN, GRID_TAG_PREFIX, ROLE_TAG,
                                       SAMPLE_TAG_PREFIX, TRIALS_ARTIFACT, is_seed_key)
 from raystream.tracking.store import TrackingStoreError, prepare_store
@@ -252,7 +255,8 @@ def build_table(client, parent_run) -> Table:
         if cos:
             t.metrics[GRAD_COS_MEAN] = sum(cos) / len(cos)
     metric_names = sorted({m for t in finished for m in t.metrics
-                           if m.startswith((names.EVAL_PREFIX, CORRELATION_PREFIX)) or m == GRAD_COS_MEAN})
+                           if m.startswith((names.EVAL_PREFIX, CORRELATION_PREFIX, names.DRIFT_PREFIX))
+                           or m == GRAD_COS_MEAN})
     if any(names.LOSS in t.metrics for t in finished):
         metric_names.append(names.LOSS)
     return Table(sweep=tags.get(names.SWEEP_RUN_TAG, parent_run.info.run_name), parent_run_id=parent_run.info.run_id,
@@ -420,6 +424,7 @@ def write_report(client, parent_run, out: Optional[str] = None) -> Tuple[Table, 
                  plot_grad_cos_curves(client, table, out_dir)):
         if plot:
             files.append(plot)
+    files += matched.write(table, out_dir)  # a sweep over optimizer.lr: each metric at matched drift
     for f in files:
         client.log_artifact(parent_run.info.run_id, str(f), artifact_path="report")
     return table, files
@@ -447,5 +452,8 @@ def main(experiment: Optional[str] = None, parent: Optional[str] = None, out: Op
         print(which_sweep(client, parent_run, uri))
     table, files = write_report(client, parent_run, out)
     print(table.to_markdown())
+    text = matched.markdown(table)  # '' unless the sweep varies optimizer.lr
+    if text:
+        print(text)
     print(f"wrote {', '.join(str(f) for f in files)} (also artifacts of MLflow run {parent_run.info.run_id})")
     return 0

@@ -19,7 +19,8 @@
              steps): the window's values in ONE host transfer, each step checked finite and recorded in order;
 
     and reporting (`Records` on rank 0: MLflow, progress line; evaluations on every rank at once, each its part of
-    the work (raystream/train/evaluator.py); `report` on every rank: Ray Train
+    the work (raystream/train/evaluator.py), with rank 0's `drift/*` beside them (raystream/train/drift.py: θ_0
+    taken when the worker is built, before any restore); `report` on every rank: Ray Train
     reports, every `trainer.checkpoint_every` steps and after the last with rank 0's checkpoint).
 
 Loss and in-stream metrics are averaged over the workers. A non-finite loss or gradient norm ends the run at that
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +57,7 @@ from raystream.tracking import StepLogger, names
 from raystream import diskspace
 from raystream.train import checkpoint, divergence, faults, persist
 from raystream.train.correlation import figures, measure_model, not_measured, per_worker_batch
+from raystream.train.drift import Drift
 from raystream.train.evaluator import Evaluator, rng_kept
 from raystream.train.node_metrics import start_node_monitor
 from raystream.train.progress import Progress
@@ -100,6 +103,7 @@ class Worker:
     schedules: Schedules
     cosines: Any  # what gives grad_cos_prev: the optimizer (its diagnostics), a GradCosineTracker, or None
     autocast: Callable[[], ContextManager]
+    drift: Optional[Drift] = None  # rank 0: the start (θ_0) on the host, for drift/* at evaluations
 
     @property
     def total(self) -> int:
@@ -136,6 +140,7 @@ class Worker:
         groups = param_groups(net, cfg.optimizer)
         params = [p for group in groups for p in group["params"]]
         optimizer = build_optimizer(groups, cfg.optimizer, diagnostics=True, total_steps=total)
+        drift = Drift.of(params, scenario.drift_modules(net)) if rank == 0 else None  # before any restore
         # Optimizers with their own diagnostics (the orthogonal and slower ones) compute grad_cos_prev inside their
         # step, on every rank; for plain torch ones rank 0 tracks it.
         cosines = optimizer if hasattr(optimizer, "diagnostics") else (
@@ -143,7 +148,7 @@ class Worker:
         return cls(cfg=cfg, run=run, rank=rank, world=world, device=device, scenario=scenario, stream=stream,
                    model=model, net=net, params=params, optimizer=optimizer,
                    schedules=Schedules(cfg.optimizer, total), cosines=cosines,
-                   autocast=autocast_for(tcfg, device))
+                   autocast=autocast_for(tcfg, device), drift=drift)
 
 
 @dataclass
@@ -159,6 +164,7 @@ class LoopState:
     window_loss: float = 0.0  # loss summed since the last Ray Train report
     window_n: int = 0
     checkpoints: persist.Checkpointer = field(default_factory=persist.Checkpointer)  # rank 0's checkpoint writes
+    drift_start: Dict[str, Any] = field(default_factory=dict)  # the fingerprint of the run's θ_0 (drift.py)
 
     def add(self, scalars: Dict[str, float]) -> None:
         for key, value in scalars.items():
@@ -202,9 +208,17 @@ def restore(w: Worker) -> LoopState:
     checkpoint.set_rng_state(train_state["rng"])
     start = int(meta["next_step"])
     w.stream.load_state_dict(meta["stream"])
+    drift_start = dict(train_state.get("drift_start") or {})
+    differ = w.drift.matches(drift_start) if w.drift is not None else []
+    if differ:  # the config no longer rebuilds the start this run was trained from (another backbone.init file)
+        print(f"raystream: the start rebuilt from the config is not the one checkpoint {Path(ckpt.path).name} was "
+              f"trained from ({', '.join(differ)} differ): drift/* is not logged for the rest of this run",
+              file=sys.stderr, flush=True)
+        w.drift = None
     return LoopState(start=start, next_step=start, sums=dict(train_state.get("sums", {})),
                      count=int(train_state.get("count", 0)), last_eval=dict(train_state.get("eval", {})),
-                     final=dict(train_state.get("final") or {}), checkpoints=checkpoints or persist.Checkpointer())
+                     final=dict(train_state.get("final") or {}), checkpoints=checkpoints or persist.Checkpointer(),
+                     drift_start=drift_start)
 
 
 def train_step(w: Worker, batch, t: int) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor],
@@ -275,6 +289,8 @@ class Records:
         every, done = self.w.cfg.eval.every, t + 1
         if done >= self.w.total or (every > 0 and done % every == 0):
             state.last_eval = self.evaluator(self.w.net)
+            if self.w.drift is not None:  # rank 0: how far the weights moved, beside each evaluation
+                state.last_eval.update({names.drift_name(k): v for k, v in self.w.drift.measure().items()})
             if self.active:
                 self.logger.log(state.last_eval, t)
             self._t_prev = time.perf_counter()
@@ -329,7 +345,8 @@ def report_with_checkpoint(w: Worker, state: LoopState, metrics: Dict[str, Any])
     def take(copy: bool) -> checkpoint.Snapshot:  # with `copy` the step waits for the copy, not for the write
         train_state = {"optimizer": w.optimizer.state_dict(), "sums": dict(state.sums), "count": state.count,
                        "eval": dict(state.last_eval), "final": dict(state.final),
-                       "diagnostics": w.cosines.diagnostics_state_dict() if w.cosines is not None else {}}
+                       "diagnostics": w.cosines.diagnostics_state_dict() if w.cosines is not None else {},
+                       "drift_start": state.drift_start or (w.drift.fingerprint() if w.drift is not None else {})}
         return checkpoint.snapshot(model_state=w.net.state_dict(), train_state=train_state, meta=meta, copy=copy)
 
     state.checkpoints.report(metrics, name, take)

@@ -115,6 +115,23 @@ def test_fault_injection_restarts_from_checkpoint_and_logs_each_step_once(single
     assert run.info.status == "FINISHED"
 
 
+def test_drift_after_a_restart_is_measured_from_the_run_start(single, ddp, tiny, workdir):
+    """drift/params (raystream/train/drift.py) at the end of the restarted run equals the hand computation from the
+    seeded start to its final weights, and the uninterrupted run's; the ddp run logs it beside each evaluation."""
+    from raystream.models import build_scenario
+
+    cfg = tiny()
+    trained = [n for n, p in build_scenario(cfg.scenario, cfg.stream, seed=int(cfg.trainer.seed)).model
+               .named_parameters() if p.requires_grad]
+    start, end = initial_params(cfg), params_of(single)
+    moved = sum(float((end[k].double() - start[k].double()).square().sum()) for k in trained) ** 0.5
+    hand = moved / sum(float(start[k].double().square().sum()) for k in trained) ** 0.5
+    assert single["drift/params"] == pytest.approx(hand, rel=1e-6)
+    assert single["drift/params"] == pytest.approx(ddp["drift/params"], rel=1e-3)
+    assert steps_logged(workdir, ddp["mlflow_run_id"], "drift/params") == \
+        steps_logged(workdir, ddp["mlflow_run_id"], "eval/knn_top1") == [2, 5]
+
+
 def test_mlflow_run_holds_params_metrics_and_artifacts(ddp, workdir):
     client = make_client(workdir["mlflow"])
     run = client.get_run(ddp["mlflow_run_id"])

@@ -9,13 +9,13 @@ The train loop needs nothing DoRA-specific:
   known the momentum stays at its base value (logged once);
 - `needs = {'probe'}`: `evaluate` gives the probe metrics of `eval.protocol` (default: `eval/knn_top1`,
   `eval/linear_top1`; dino: kNN at k 10/20/100/200 and DINO's linear probe) on the TEACHER backbone's [CLS]
-  (`DoRA.encode`).
+  (`DoRA.encode`), so `drift_modules` names the teacher backbone (`drift/teacher_backbone`).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch import nn
@@ -66,6 +66,10 @@ class DoraScenario(Scenario):
 
     def encode(self, model: nn.Module, clips: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         return model.encode(clips)
+
+    def drift_modules(self, model: nn.Module) -> Dict[str, nn.Module]:
+        """The teacher backbone: an EMA in buffers that the optimizer never sees, and what the probes read."""
+        return {"teacher_backbone": unwrap(model).teacher.backbone}
 
 
 def _local_size(opts: DoraConfig, resolution: int, patch: int) -> int:

@@ -8,6 +8,7 @@
 #                 av, decord, hydra-core, omegaconf (manylinux x86_64, Python 3.12) and antlr4-python3-runtime (an
 #                 sdist on PyPI: built into a wheel here); `pip download --no-deps`
 #   CARRY/demo    the demo videos every preset of the campaign reads (raystream.bench.campaign --prepare)
+#   CARRY/commit  the checkout's commit, for the campaign's table
 # PYTHON: raystream's interpreter (default .venv/bin/python where there is one). Then it checks that the checkout's tracked files and CARRY fit the 64 MiB a call carries, and prints the command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,7 @@ rm -f "$CARRY"/wheels/*.whl
     "omegaconf==$(version omegaconf)"
 "$PYTHON" -m pip wheel -q --no-deps -w "$CARRY/wheels" "antlr4-python3-runtime==$(version antlr4-python3-runtime)"
 "$PYTHON" -m raystream.bench.campaign --prepare --demo-dir "$CARRY/demo" >/dev/null
+git rev-parse --short HEAD > "$CARRY/commit"  # the campaign's table names it (the copy there may have no .git)
 tracked=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
 carried=$(du -sb "$CARRY" | cut -f1)
 total_mib=$(( (tracked + carried) / 1048576 ))

@@ -96,7 +96,7 @@ class Campaign:
             "device": device, "tiny": tiny, "torch": torch.__version__, "budget_s": self.budget_s,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-            "commit": _commit(), "presets": {}, "failed": []}
+            "commit": _commit(demo_dir), "presets": {}, "failed": []}
 
     def left(self) -> float:
         return self.budget_s - (time.monotonic() - self.started)
@@ -190,14 +190,18 @@ def _estimate(ov: List[str], batch: int) -> Dict[str, Any]:
             "moments_bytes": r["moments"][batch], "params": r["params"]}
 
 
-def _commit() -> Optional[str]:
-    head = ROOT / ".git"
+def _commit(demo_dir: str = DEMO_DIR) -> Optional[str]:
+    """The checkout's commit: git's, or the one gpu_campaign_pack.sh wrote beside the demo videos (a copy of the
+    working tree on the GPU machine may have no .git)."""
+    import subprocess
+
     try:
-        import subprocess
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip() or None
-    except (OSError, ValueError):
-        return None if not head.exists() else "unknown"
+        found = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        found = ""
+    packed = ROOT / Path(demo_dir).parent / "commit"
+    return found or (packed.read_text().strip() if packed.is_file() else None)
 
 
 def _f(x, fmt="{:.2f}") -> str:

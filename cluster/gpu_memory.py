@@ -16,7 +16,8 @@ teacher). Three moments of a run peak, and the estimate is the largest (`peaks`)
   step        weights + state + activations (the previous step's gradient is still held during the forward pass);
   checkpoint  weights + state + the copies rank 0 makes at a save (`checkpoint_copy_bytes`: every EMA and the previous
               gradient, cloned on the device, 8 bytes with Orthogonal-AdamW; torch.save copies one tensor at a time);
-  correlation weights + 2 flattened gradients held (the sum, one of a pair: raystream/train/correlation.py) + the
+  correlation weights + 3 flattened gradients held (three of one pair per order's four, taken once; with more pairs
+              the sum and one of a pair: raystream/train/correlation.py) + the
               next one's backward (its gradient and activations) or its flattening (gradient and flat copy).
 A GPU run also holds the CUDA context and cuBLAS workspaces (1 GiB, added to the totals) and loses some memory to
 allocator fragmentation (not added: keep 10-20 % headroom). CPU autocast saves the same tensors as CUDA autocast
@@ -39,7 +40,7 @@ import json
 from typing import Dict, List, Sequence, Tuple
 
 GRADIENT = 4  # fp32 gradient per trainable parameter
-CORRELATION_HELD = 3  # flattened fp32 gradients the correlation holds on rank 0 (the sum or mean, and one pair)
+CORRELATION_HELD = 4  # flattened fp32 gradients the correlation holds on rank 0: 4 at one pair per order, else 3
 CUDA_OVERHEAD = 1 << 30
 GIB = float(1 << 30)
 

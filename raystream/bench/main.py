@@ -82,11 +82,15 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
     dev = resolve_device(device)
     meter = memory.PeakMemory(dev, memory.rss())
     trainee = Trainee.build(cfg, dev, total_steps=RUN_STEPS)
+    phases = Phases(budget)
     cfg, auto = resolve_auto_compile(cfg, trainee)
     result = _setting(cfg, trainee, dev, overrides)
     result["optimizer_compile_auto"] = auto
     result.update(steps=steps, warmup=WARMUP, time_budget_s=float(time_budget))
+    result["phase_s"] = phases.seconds
+    phases.done("start")
     result.update(correlation_phase(trainee, meter))
+    phases.done("correlation")
     allowed, why_not = compile_decision(compile, cfg.optimizer, dev, budget)
     try:
         result["checks"] = checks.run_checks(trainee, (allowed, why_not))
@@ -94,7 +98,9 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
         exc.result = {**result, "check_failed": {"name": exc.name, "detail": str(exc)}}
         raise
 
+    phases.done("checks")
     held = throughput.from_memory(trainee, WARMUP, steps, budget)
+    phases.done("from_memory")
     configured = int(cfg.data.decode_workers or default_decode_workers())
     peak, (live, checkpoint_bytes) = training_phase(trainee, meter, steps, budget)
     result.update(from_memory_steps_per_s=held.steps_per_s, from_memory_clips_per_s=held.clips_per_s,
@@ -102,11 +108,13 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
                   live_over_memory=live.steps_per_s / held.steps_per_s, live_decode_workers=configured,
                   from_memory_timed_steps=held.steps, live_timed_steps=live.steps, checkpoint_bytes=checkpoint_bytes,
                   peak_memory_how=meter.how, **peak.figures(""))
+    phases.done("live_and_checkpoint")
     gc.collect()
 
     ms, skipped, ran = time_optimizers(trainee.groups, cfg.optimizer, WARMUP, steps, budget, with_compiled=allowed)
     if compile_applies(cfg.optimizer) and not allowed:
         skipped[label(OmegaConf.merge(cfg.optimizer, {"compile": True}))] = why_not
+    phases.done("optimizer")
     result.update(optimizer_step_ms=ms, optimizer_configured=label(cfg.optimizer), optimizer_step_skipped=skipped,
                   optimizer_compiled=ran)
 
@@ -118,7 +126,20 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
                                         for w, r in sweep.rates.items()},
                   decode_workers_not_measured=sweep.not_measured, decode_verdict=sweep.verdict(held),
                   elapsed_s=budget.elapsed())
+    phases.done("decode_workers")
     return result
+
+
+class Phases:
+    """Seconds of each phase in order (`phase_s` in the result): where the time went, so a run that grew shows what
+    grew (the same phases a run records as `time/<phase>_s`)."""
+
+    def __init__(self, budget: Budget):
+        self.budget, self.mark, self.seconds = budget, 0.0, {}
+
+    def done(self, name: str) -> None:
+        now = self.budget.elapsed()
+        self.seconds[name], self.mark = round(now - self.mark, 3), now
 
 
 def correlation_phase(trainee: Trainee, meter: memory.PeakMemory) -> Dict[str, Any]:

@@ -15,7 +15,8 @@ or "eager: why"; null when compile is true or false), optimizer_step_skipped {la
 checkpoint save, on the device), host_peak_memory_gb/_bytes (the host's; on CPU the same),
 correlation_peak_memory_gb/_bytes and correlation_host_peak_memory_gb/_bytes of the stream correlation before step 0
 (or correlation_not_measured: why), checkpoint_bytes (on disk), peak_memory_how; checks {name: "passed: ..." |
-"skipped: ..."}; time_budget_s, elapsed_s. A run stopped by a
+"skipped: ..."}; phase_s {phase: seconds} (start, correlation, checks, from_memory, live_and_checkpoint, optimizer,
+decode_workers); time_budget_s, elapsed_s. A run stopped by a
 failed check writes device, checks and check_failed {name, detail} instead of the figures.
 """
 
@@ -58,6 +59,7 @@ def table(r: Dict[str, Any]) -> str:
         lines.append(f"{name:<32} {how}")
     lines += ["", *memory_lines(r),
               "checks: " + "; ".join(f"{k} {v}" for k, v in r["checks"].items()),
+              "phases, s: " + ", ".join(f"{k} {v:.1f}" for k, v in r.get("phase_s", {}).items()),
               f"{r['elapsed_s']:.0f} s of a {r['time_budget_s']:.0f} s budget"]
     return "\n".join(lines)
 

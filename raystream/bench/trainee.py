@@ -120,15 +120,25 @@ class Trainee:
         (`finite_step`) when the loss or the gradient norm is not finite."""
         t = self.t
         self.schedules.apply(self.optimizer, t)
-        out, norm = forward_backward(self.model, self.optimizer, self.params, batch.model_inputs(self.device),
-                                     autocast or self.autocast, float(self.cfg.optimizer.grad_clip))
+        out, norm = self.forward_backward(batch, autocast)
         loss, norm = torch.stack([out["loss"].detach().float(), norm.detach().float()]).tolist()  # one transfer
         if not (math.isfinite(loss) and math.isfinite(norm)):
             raise CheckFailed("finite_step", f"step {t}: loss {loss}, gradient norm {norm} (not finite)")
-        optimizer_update(self.optimizer, self.cosines, report=True)
-        self.scenario.after_step(t)
-        self.t += 1
+        self.update()
         return loss
+
+    def forward_backward(self, batch, autocast=None):
+        """The step's forward and backward (step.py): (the model's output dict, the gradient norm), on the device."""
+        return forward_backward(self.model, self.optimizer, self.params, batch.model_inputs(self.device),
+                                autocast or self.autocast, float(self.cfg.optimizer.grad_clip))
+
+    def update(self):
+        """The optimizer step and the scenario's `after_step` after a checked backward; the optimizer's metrics
+        (device tensors, nothing read back)."""
+        metrics = optimizer_update(self.optimizer, self.cosines, report=True)
+        self.scenario.after_step(self.t)
+        self.t += 1
+        return metrics
 
 
 def build_host_stream(cfg, needed: int, decode_workers=None):

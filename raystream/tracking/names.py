@@ -42,6 +42,7 @@ IN_STREAM_PREFIX = "in_stream/"
 EVAL_PREFIX = "eval/"
 DRIFT_PREFIX = "drift/"
 DRIFT_PARAMS = DRIFT_PREFIX + "params"
+TIME_PREFIX = "time/"  # time/<phase>_s: a worker's seconds in start, correlation, steps, checkpoint, evaluation
 
 # The stream correlation at run start (raystream/train/correlation.py; the paper's Figure 1 as a pre-flight figure):
 # mean cosine of consecutive batches' gradients, the pass's mean gradient removed (and raw), logged at step 0.

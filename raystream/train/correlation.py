@@ -19,16 +19,17 @@ same code at world size 1: its memory is one micro-batch's, whatever the global 
 
 Buffers (DoRA's centre) are restored after every micro-batch and no optimizer step is taken, so every gradient is
 taken at the same point. The forward passes run under the run's autocast (`autocast_for(cfg.trainer, device)`, as
-the training step: bf16 where the run trains in bf16), so a micro-batch of the per-worker batch holds what a training
-step's forward holds. Memory: two passes over the measured batches (the gradients are taken twice): the first sums
-the gradients (for the mean) and takes the raw cosines, the second removes the mean from each pair and takes the
-centred cosines. So rank 0 holds at most three flattened fp32 gradients (the sum or mean, and one pair), on the
-device the gradients are taken on, whatever `steps`: 12 bytes per parameter, 20 with the weights and the gradient
-being taken, under the 32 of a training step's weights, gradient and Orthogonal-AdamW state with its diagnostics
-(cluster/gpu_memory.py); other ranks hold one. Views and masks are functions of
-(seed, step, place), so the two orders see the same augmentations at each step, and a micro-batch or shard sees
-what its places see in the whole batch. Pure torch on the data / models / optim packages (torch.distributed when
-world_size > 1): no Ray.
+the training step: bf16 where the run trains in bf16), so a micro-batch of the per-worker batch holds what a
+training step's forward holds. Memory and time: with one pair per order (`steps` 1) the four gradients are taken
+once and held (`SINGLE_PASS_HELD`): their Gram matrix gives the raw and the centred cosines (16 bytes per parameter
+on rank 0). With more pairs, two passes over the measured batches (each gradient taken twice): the first sums the
+gradients (for the mean) and takes the raw cosines, the second removes the mean from each pair and takes the centred
+cosines, holding at most three flattened fp32 gradients (the sum or mean, and one pair) whatever `steps`: 12 bytes
+per parameter. With the weights and the gradient being taken, both stay under the 32 of a training step's weights,
+gradient and Orthogonal-AdamW state with its diagnostics (cluster/gpu_memory.py), on the device the gradients are
+taken on; other ranks hold one. Views and masks are functions of (seed, step, place), so the two orders see the same
+augmentations at each step, and a micro-batch or shard sees what its places see in the whole batch. Pure torch on
+the data / models / optim packages (torch.distributed when world_size > 1): no Ray.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ from raystream.tracking.names import (CORRELATION_SEQUENTIAL as SEQUENTIAL, CORR
                                       SHUFFLED_RAW)
 from raystream.train.step import autocast_for
 
+# Gradients rank 0 may hold to take each one once: one pair per order (trainer.correlation_steps 1, as the CPU
+# rehearsal and `raystream bench` measure) is measured in one pass holding 4 (16 bytes per parameter); more pairs
+# take two passes holding 3, each gradient taken twice (the forward and backward passes are what the measurement
+# costs).
+SINGLE_PASS_HELD = 4
 METRICS = {SEQUENTIAL: "sequential", SHUFFLED: "shuffled", SEQUENTIAL_RAW: "sequential_raw",
            SHUFFLED_RAW: "shuffled_raw"}  # MLflow metric -> key of the measurement
 
@@ -180,11 +186,53 @@ class _Pairs:
                              "least 2")
 
 
+def _dot64(a: torch.Tensor, b: torch.Tensor, chunk: int = 1 << 20) -> torch.Tensor:
+    """a . b summed in float64, a chunk at a time (no float64 copy of a whole gradient)."""
+    return sum(torch.dot(a[i:i + chunk].double(), b[i:i + chunk].double()) for i in range(0, a.numel(), chunk))
+
+
+def _cosines_once(orders: Dict[str, _Pairs], gradient: Callable[[_Shard, int], Optional[torch.Tensor]],
+                  rank: int) -> Dict[str, Any]:
+    """One pass, each gradient taken once and held on rank 0 (at most SINGLE_PASS_HELD of them): their Gram matrix
+    G (float64) gives both figures, the centred ones by G_ab - r_a - r_b + s, r_i = m . g_i (G's row means) and
+    s = m . m (G's mean), m the pooled mean of the K gradients."""
+    held = []
+    for key, pairs in orders.items():
+        for t in pairs.starts:
+            a = gradient(pairs.shard, t)
+            b = gradient(pairs.shard, t + 1)
+            if rank == 0:
+                held.append((key, a, b))
+    if rank != 0:
+        return {}
+    vectors = [v for _, a, b in held for v in (a, b)]
+    gram = torch.zeros(len(vectors), len(vectors), dtype=torch.float64, device=vectors[0].device)
+    for i, u in enumerate(vectors):
+        for j in range(i, len(vectors)):
+            gram[i, j] = gram[j, i] = _dot64(u, vectors[j])
+    row = gram.mean(dim=1)
+    centred_gram = gram - row[:, None] - row[None, :] + gram.mean()
+    raw: Dict[str, List[float]] = {key: [] for key in orders}
+    centred: Dict[str, List[float]] = {key: [] for key in orders}
+    for i, (key, _, _) in enumerate(held):
+        a, b = 2 * i, 2 * i + 1
+        raw[key].append(float(cosine(gram[a, b], gram[a, a], gram[b, b])))
+        centred[key].append(float(cosine(centred_gram[a, b], centred_gram[a, a], centred_gram[b, b])))
+    out: Dict[str, Any] = {key: _mean_of_finite(v) for key, v in centred.items()}
+    out.update({f"{key}_raw": _mean_of_finite(v) for key, v in raw.items()})
+    out["parameters"] = int(vectors[0].numel())
+    return out
+
+
 def _cosines(orders: Dict[str, _Pairs], gradient: Callable[[_Shard, int], Optional[torch.Tensor]],
              rank: int) -> Dict[str, Any]:
-    """Both passes over the pairs: the raw mean pair cosine of each order and the sum of all the gradients, then,
-    the pooled mean known, the same gradients taken again and the centred cosines. Rank 0 holds the sum (then the
-    mean) and one pair; the other ranks take the same gradients (their all-reduces) and get {}."""
+    """The figures, each gradient taken once when there are at most SINGLE_PASS_HELD of them (`_cosines_once`: one pair
+    per order, as the rehearsal and `raystream bench` measure), else in two passes over the pairs: the raw mean pair
+    cosine of each order and the sum of all the gradients, then, the pooled mean known, the same gradients taken
+    again and the centred cosines. Rank 0 holds the sum (then the mean) and one pair; the other ranks take the same
+    gradients (their all-reduces) and get {}."""
+    if sum(2 * len(pairs.starts) for pairs in orders.values()) <= SINGLE_PASS_HELD:
+        return _cosines_once(orders, gradient, rank)
     total: Optional[torch.Tensor] = None
     count = 0
     raw: Dict[str, List[float]] = {key: [] for key in orders}

@@ -263,6 +263,7 @@ class Records:
             if self.active else None
         self.evaluator = Evaluator(w.cfg, w.scenario, Shard(w.rank, w.world), hooks=w.run.get("hooks"))
         self._t_prev = time.perf_counter()
+        self.seconds: Dict[str, float] = {"evaluation": 0.0, "checkpoint": 0.0}  # summed over the run's phases
         if self.active:
             where = f"resuming at step {start}" if start > 0 else "starting"
             self.progress.say(f"{where}: {w.total} steps of {batch_size} clips over {w.world} worker(s) on "
@@ -288,12 +289,19 @@ class Records:
         probe set and of the probes' mini-batches), rank 0 logs the metrics."""
         every, done = self.w.cfg.eval.every, t + 1
         if done >= self.w.total or (every > 0 and done % every == 0):
+            began = time.perf_counter()
             state.last_eval = self.evaluator(self.w.net)
             if self.w.drift is not None:  # rank 0: how far the weights moved, beside each evaluation
                 state.last_eval.update({names.drift_name(k): v for k, v in self.w.drift.measure().items()})
             if self.active:
                 self.logger.log(state.last_eval, t)
             self._t_prev = time.perf_counter()
+            self.seconds["evaluation"] += self._t_prev - began
+
+    def log_phases(self, seconds: Dict[str, float], t: int) -> None:
+        """`time/<phase>_s` at step t: where this worker's time went (start, correlation, steps, checkpoint,
+        evaluation), so a run that grew shows which phase grew."""
+        self.log({f"{names.TIME_PREFIX}{k}_s": v for k, v in {**seconds, **self.seconds}.items()}, t)
 
     def log(self, metrics: Dict[str, float], t: int) -> None:
         if self.active:
@@ -324,7 +332,9 @@ def report(w: Worker, state: LoopState, records: Records, t: int, lr: float) -> 
         records.log(state.averages(), t)
     if is_last or done % tcfg.checkpoint_every == 0:
         records.flush()
+        began = time.perf_counter()
         report_with_checkpoint(w, state, state.final or metrics)
+        records.seconds["checkpoint"] += time.perf_counter() - began
     else:
         ray.train.report(metrics)
 
@@ -390,6 +400,7 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     Returns rank 0's final metrics (Ray's `Result.return_value`), or `divergence.as_result(...)` when the run
     diverged; None on the other ranks.
     """
+    began = time.perf_counter()
     w = Worker.build(config)
     state = restore(w)
     if state.next_step >= w.total:
@@ -399,10 +410,15 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     records = Records(w, state.start)
     monitor = start_node_monitor(w.cfg, w.run, gpus=w.device.type == "cuda")  # local rank 0: its node's metrics
     full: Optional[diskspace.DiskFull] = None
+    phases = {"start": time.perf_counter() - began}
     try:
         if w.run.get("measure_correlation") and state.next_step == 0:  # a fresh run, not a resume
             measure_correlation(w, records)
+        phases["correlation"] = time.perf_counter() - began - phases["start"]
         diverged = train_steps(w, state, records, w.stream)
+        phases["steps"] = (time.perf_counter() - began - phases["start"] - phases["correlation"]
+                           - sum(records.seconds.values()))
+        records.log_phases(phases, max(state.next_step - 1, 0))
         if diverged is not None:
             return divergence.as_result(diverged) if w.rank == 0 else None
     except diskspace.DiskFull as exc:  # one worker: fail once, no retry (more: the others wait in a collective)

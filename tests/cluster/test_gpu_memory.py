@@ -65,8 +65,8 @@ BENCH_MEMORY = Path(__file__).with_name("bench_memory.py")
 # 64 KiB threshold every tensor's memory goes back to the system when it is freed, so the resident set follows what
 # the run holds, which is what the estimate counts.
 MALLOC_RETURNS_FREED = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
-# DoRA's step is the rehearsal's longest (8 frames x 8 crops, 16 gradients in bench's two correlation passes: a
-# minute): 2 frames and 2 local crops hold the same model, optimizer and checkpoint, which is what is checked here.
+# DoRA's step is the rehearsal's longest (8 frames x 8 crops; bench's correlation takes 4 of its gradients: most of
+# a minute): 2 frames and 2 local crops hold the same model, optimizer and checkpoint, which is what is checked here.
 SMALLER_STEP = {"dora_paper": ["stream.frames_per_clip=2", "scenario.dora.local_crops=2"]}
 
 

@@ -52,6 +52,10 @@ def test_tiny_regime_sweep_end_to_end(tmp_path):
         m = run.data.metrics
         assert -1 <= m["correlation/sequential"] <= 1 and -1 <= m["correlation/shuffled"] <= 1, m
         assert "eval/mse_out_of_stream" in m and "grad_cos_prev" in m
+        # where the worker's time went: each phase a run may grow in (raystream/train/loop.py)
+        phases = {k: v for k, v in m.items() if k.startswith("time/")}
+        assert set(phases) == {f"time/{p}_s" for p in ("start", "correlation", "steps", "checkpoint", "evaluation")}
+        assert all(v > 0 for v in phases.values()), phases
     assert "| stream.order | n |" in report and "grad_cos_prev_mean" in report
     assert "| batch_along_time | 1 |" in report and "| shuffled | 1 |" in report
     assert {"report/grad_cos_curves.png", "report/grad_cos_hist.png", "report/report.md"} <= logged

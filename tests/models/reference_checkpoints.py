@@ -7,7 +7,8 @@ property tested does not depend on it. Positions are drawn with std `pos_std` (0
 so a wrong interpolation shows; the libraries' own init, std 0.02, would hide it).
 
 timm needs an importable torchvision; `timm_available()` says whether this machine has one (a CPU torch has no
-matching torchvision on PyPI: PyPI's torchvision is built against the CUDA torch).
+matching torchvision on PyPI: PyPI's torchvision is built against the CUDA torch). timm's files and outputs come
+from a fixture timm wrote instead (fixtures/make_timm_fixtures.py), so those checks run without it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import torch
 
 PRESET_SHAPES = {"tiny": (8, 96, 3, 3), "small": (16, 384, 12, 6), "base": (16, 768, 12, 12),
                  "large": (16, 1024, 24, 16)}
-TIMM_NAMES = {"small": "vit_small_patch16_224", "base": "vit_base_patch16_224", "large": "vit_large_patch16_224"}
 
 
 def timm_available() -> Optional[str]:
@@ -99,27 +99,6 @@ def official_videomae_pretraining(directory: Path, model: torch.nn.Module, decod
     path = Path(directory) / "checkpoint-799.pth"
     torch.save({"model": out, "epoch": 799, "args": argparse.Namespace(model="pretrain_videomae")}, path)
     return path
-
-
-def timm_vit(directory: Path, preset: str = "small", *, head: bool = True, safetensors: bool = False,
-             depth: Optional[int] = None, pos_std: float = 0.5, seed: int = 0,
-             **kwargs) -> Tuple[Path, torch.nn.Module]:
-    """timm's `vit_<preset>_patch16_224` (a 1000-class head unless head=False), state dict as .pth or
-    .safetensors. Needs `timm_available()`."""
-    import timm
-
-    torch.manual_seed(seed)
-    model = timm.create_model(TIMM_NAMES[preset], pretrained=False, num_classes=1000 if head else 0,
-                              depth=depth or PRESET_SHAPES[preset][2], **kwargs).eval()
-    _randomise_positions(model.pos_embed, pos_std, seed)
-    path = Path(directory) / ("model.safetensors" if safetensors else "vit.pth")
-    if safetensors:
-        from safetensors.torch import save_file
-
-        save_file(model.state_dict(), str(path))
-    else:
-        torch.save(model.state_dict(), path)
-    return path, model
 
 
 def dino_backbone(directory: Path, backbone_state: dict) -> Path:

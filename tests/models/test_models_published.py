@@ -2,7 +2,7 @@
 timm) on random weights: the reference model writes its file, raystream loads it, both see the same input."""
 
 import argparse
-import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,36 +13,14 @@ from raystream.config import ConfigError, compose
 from raystream.models import CheckpointError, build_scenario
 from raystream.models.published import to_vit_keys
 from raystream.train.preflight import check_backbone_init
-from reference_checkpoints import (dino_training_checkpoint, official_videomae_pretraining, timm_available, timm_vit,
+from fixtures.dino_reference import dino_interpolate_pos_encoding
+from fixtures.timm_seeded import checksum, seeded_input, seeded_state
+from reference_checkpoints import (dino_training_checkpoint, official_videomae_pretraining, timm_available,
                                    transformers_videomae, transformers_vit)
 from scenario_helpers import stream_cfg, tiny_cfg
 
 TOL = 1e-5
-
-
-def dino_interpolate_pos_encoding(pos_embed, patch_size, x, w, h):
-    """DINO's `VisionTransformer.interpolate_pos_encoding` (facebookresearch/dino, vision_transformer.py), verbatim
-    but for `self.pos_embed` / `self.patch_embed.patch_size` passed in: the reference for every resized position."""
-    npatch = x.shape[1] - 1
-    N = pos_embed.shape[1] - 1
-    if npatch == N and w == h:
-        return pos_embed
-    class_pos_embed = pos_embed[:, 0]
-    patch_pos_embed = pos_embed[:, 1:]
-    dim = x.shape[-1]
-    w0 = w // patch_size
-    h0 = h // patch_size
-    # we add a small number to avoid floating point error in the interpolation
-    # see discussion at https://github.com/facebookresearch/dino/issues/8
-    w0, h0 = w0 + 0.1, h0 + 0.1
-    patch_pos_embed = nn.functional.interpolate(
-        patch_pos_embed.reshape(1, int(math.sqrt(N)), int(math.sqrt(N)), dim).permute(0, 3, 1, 2),
-        scale_factor=(w0 / math.sqrt(N), h0 / math.sqrt(N)),
-        mode='bicubic',
-    )
-    assert int(w0) == patch_pos_embed.shape[-2] and int(h0) == patch_pos_embed.shape[-1]
-    patch_pos_embed = patch_pos_embed.permute(0, 2, 3, 1).view(1, -1, dim)
-    return torch.cat((class_pos_embed.unsqueeze(0), patch_pos_embed), dim=1)
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def dora_backbone(init, preset, resolution=224, **backbone):
@@ -179,6 +157,22 @@ def test_imagenet21k_vit_l_inflates_into_the_future_prediction_encoder(tmp_path)
                        stream_cfg(frames_per_clip=4, target_frames=4, resolution=64), seed=0)
 
 
+def test_future_prediction_paper_takes_an_imagenet21k_timm_file_without_a_further_override(tmp_path):
+    """Table 3's start as it comes: `+experiment=future_prediction_paper scenario.backbone.init=<ImageNet-21K ViT>`
+    (timm's layout with its 21843-class head, at the tiny preset's shape) loads; its weights are the encoder's."""
+    layout = TIMM_REFERENCE["in21k_tiny"]
+    path = timm_file(tmp_path, layout)
+    cfg = compose(["+experiment=future_prediction_paper", "scenario.backbone.preset=tiny", "stream.resolution=32",
+                   f"scenario.backbone.init={path}", "data.videos=train.csv", "data.heldout_videos=heldout.csv"])
+    assert cfg.scenario.backbone.pos_embed == "learned"
+    scenario = build_scenario(cfg.scenario, cfg.stream, seed=0)
+    assert "dropped the classifier head, 21843 classes" in scenario.init_line, scenario.init_line
+    assert "inflated the 2-D patch kernel to 2-frame tubelets" in scenario.init_line
+    own, state = scenario.model.encoder.state_dict(), seeded_state(layout, 0)
+    assert torch.equal(own["cls_token"], state["cls_token"]) and torch.equal(own["blocks.2.mlp.fc2.weight"],
+                                                                              state["blocks.2.mlp.fc2.weight"])
+
+
 class NotNamespace:
     """An arbitrary object in a training checkpoint's `args`: refused, as any pickled object."""
 
@@ -219,33 +213,58 @@ def test_a_timm_layout_with_its_classifier_head_loads_without_the_head_and_says_
         assert all(torch.equal(backbone.state_dict()[k], v) for k, v in state.items())
 
 
-TIMM = timm_available()
-needs_timm = pytest.mark.skipif(TIMM is not None, reason=str(TIMM))
+# timm's reference outputs and layouts, written by timm itself (tests/models/fixtures/make_timm_fixtures.py, in a
+# venv where timm imports); the weights are drawn again here from the seed (fixtures/timm_seeded.py), so the
+# comparisons run where timm does not import. Across torch builds float32 sums differ in their last bits: TIMM_TOL.
+TIMM_REFERENCE = torch.load(FIXTURES / "timm_reference.pt", weights_only=True)
+TIMM_TOL = 1e-4
 
 
-@needs_timm
+def timm_file(directory, layout, seed=0, safetensors=False):
+    """The checkpoint file of timm's `layout` holding the seeded weights, as a user downloads it."""
+    state = seeded_state(layout, seed)
+    path = directory / ("model.safetensors" if safetensors else "vit.pth")
+    if safetensors:
+        from safetensors.torch import save_file
+
+        save_file(state, str(path))
+    else:
+        torch.save(state, path)
+    return path
+
+
 @pytest.mark.parametrize("preset", ["small", "base"])
 def test_timm_vit_with_head_tokens_equal_at_224_and_dino_interpolated_at_96(preset, tmp_path):
-    path, ref = timm_vit(tmp_path, preset, head=True, safetensors=preset == "base")
+    ref = TIMM_REFERENCE["reference"][preset]
+    path = timm_file(tmp_path, ref["layout"], ref["seed"], safetensors=preset == "base")
     scenario, backbone = dora_backbone(path, preset)
     assert "dropped the classifier head, 1000 classes" in scenario.init_line
-    x, crop = torch.randn(2, 3, 224, 224), torch.randn(2, 3, 96, 96)
+    x = seeded_input((1, 3, 224, 224), ref["input_seed"])
+    crop = seeded_input((1, 3, 96, 96), ref["input_seed"] + 1)
+    assert (checksum(x), checksum(crop)) == (ref["input_checksums"]["224"], ref["input_checksums"]["96"])
     with torch.no_grad():
-        assert max_diff(backbone(x), ref.forward_features(x)) <= TOL
-        tokens = ref.patch_embed.proj(crop).flatten(2).transpose(1, 2)
-        tokens = torch.cat([ref.cls_token.expand(2, -1, -1), tokens], 1)
-        tokens = tokens + dino_interpolate_pos_encoding(ref.pos_embed, 16, tokens, 96, 96)
-        ref96 = ref.norm(ref.blocks(tokens))
-        assert max_diff(backbone(crop), ref96) <= TOL
+        assert max_diff(backbone(x), ref["out224"]) <= TIMM_TOL
+        assert max_diff(backbone(crop), ref["out96"]) <= TIMM_TOL
 
 
-@needs_timm
-@pytest.mark.parametrize("kwargs,name", [({"global_pool": "avg", "fc_norm": True}, "fc_norm"),
-                                         ({"reg_tokens": 4}, "reg_token"), ({"init_values": 1e-5}, "ls1")])
-def test_timm_variants_that_change_the_function_are_refused(kwargs, name, tmp_path):
-    path, _ = timm_vit(tmp_path, "small", depth=1, **kwargs)
+@pytest.mark.parametrize("name", ["fc_norm", "reg_token", "ls1"])
+def test_timm_variants_that_change_the_function_are_refused(name, tmp_path):
+    path = timm_file(tmp_path, TIMM_REFERENCE["refused"][name])
     with pytest.raises(CheckpointError, match=rf"change the function.*{name}"):
         dora_backbone(path, "small", depth=1)
+
+
+@pytest.mark.skipif(timm_available() is not None, reason=str(timm_available()))
+def test_the_timm_fixture_is_what_timm_computes_here(tmp_path):
+    """Where timm imports, its outputs for the fixture's seeded weights are the fixture's."""
+    import timm
+
+    ref = TIMM_REFERENCE["reference"]["small"]
+    model = timm.create_model(ref["timm_name"], pretrained=False, num_classes=1000).eval()
+    model.load_state_dict(seeded_state(ref["layout"], ref["seed"]))
+    with torch.no_grad():
+        assert max_diff(model.forward_features(seeded_input((1, 3, 224, 224), ref["input_seed"])),
+                        ref["out224"]) <= TIMM_TOL
 
 
 def test_dino_namespace_args_are_read_but_nothing_else(tmp_path):

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 from raystream.config import ConfigError, compose
+from raystream.data import build_stream
+from raystream.models import build_scenario
 from raystream.tracking.store import client as make_client
 from raystream.train import correlation
 
@@ -278,3 +280,26 @@ def test_ray_train_workers_log_the_single_process_figures(ray_cluster, regime, t
               for metric, key in correlation.METRICS.items()}
     assert {k: [m.step for m in h] for k, h in logged.items()} == {k: [0] for k in PINNED}
     assert {k: h[0].value for k, h in logged.items()} == pytest.approx(PINNED, abs=TOL)
+
+
+def test_one_pair_per_order_takes_each_gradient_once_with_the_two_pass_figures(regime, monkeypatch):
+    """One pair per order (trainer.correlation_steps=1, the CPU rehearsal's and `raystream bench`'s): the four
+    gradients are taken once each (4 forward passes of the batch of 4, not the two passes' 8) and their Gram matrix
+    gives the figures the two passes give, within TOL."""
+    torch.set_num_threads(1)
+    cfg = compose(regime)
+    base = build_stream(cfg.data, cfg.stream)
+    results, forwards = {}, {}
+    try:
+        for name, held in (("once", correlation.SINGLE_PASS_HELD), ("two passes", 0)):
+            monkeypatch.setattr(correlation, "SINGLE_PASS_HELD", held)
+            model = build_scenario(cfg.scenario, cfg.stream, seed=int(cfg.trainer.seed)).model
+            calls = []
+            model.register_forward_hook(lambda *_: calls.append(1))
+            results[name] = correlation.measure_model(model, cfg, base, steps=1)
+            forwards[name] = len(calls)
+    finally:
+        base.close()
+    assert forwards == {"once": 4, "two passes": 8}
+    assert _figures(results["once"]) == pytest.approx(_figures(results["two passes"]), abs=TOL)
+    assert results["once"]["parameters"] == results["two passes"]["parameters"]

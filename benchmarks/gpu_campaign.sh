@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The GPU campaign in one command (raystream/bench/campaign.py; docs/benchmarks.md "The GPU campaign"):
+#
+#   bash benchmarks/gpu_campaign.sh --out DIR [--device cuda|cpu] [--tiny] [--budget S]
+#
+# On the GPU machine (CUDA torch, numpy, scikit-learn, scikit-image, pyarrow; no Ray, MLflow, Hydra, OmegaConf,
+# decord, PyAV, no network): installs the wheels benchmarks/gpu_campaign_pack.sh put into $CAMPAIGN_CARRY/wheels
+# (default .campaign/wheels) into a folder of its own, unless they import already, then runs the campaign on the
+# demo videos in $CAMPAIGN_CARRY/demo. $PYTHON (default python3) runs it; exit as the campaign's (0, or 1 when a
+# phase failed: campaign.json says which).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+CARRY=${CAMPAIGN_CARRY:-.campaign}
+if ! "$PYTHON" -c "import hydra, omegaconf, av" 2>/dev/null; then
+    if ! ls "$CARRY"/wheels/*.whl >/dev/null 2>&1; then
+        echo "gpu_campaign: hydra-core, omegaconf or av do not import and $CARRY/wheels holds no wheels:" \
+             "run benchmarks/gpu_campaign_pack.sh where pip works, and carry $CARRY" >&2
+        exit 2
+    fi
+    SITE=${TMPDIR:-/tmp}/raystream-campaign-site
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+        "$CARRY"/wheels/*.whl || exit 2
+    export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+exec "$PYTHON" -m raystream.bench.campaign --demo-dir "$CARRY/demo" "$@"

@@ -1,0 +1,298 @@
+"""The GPU campaign: everything raystream claims about GPUs, measured in one command on one GPU, written as one JSON
+file and one Markdown table. `benchmarks/gpu_campaign.sh` runs it on the GPU machine; `benchmarks/gpu_campaign_pack.sh`
+gathers here what that machine lacks (docs/benchmarks.md, "The GPU campaign").
+
+    python -m raystream.bench.campaign --out DIR [--device cuda|cpu] [--tiny] [--budget 420] [--demo-dir DIR]
+    python -m raystream.bench.campaign --prepare [--tiny] [--demo-dir DIR]   # the demo videos it reads (PyAV)
+
+For each paper preset (DoRA ViT-S/16, VideoMAE ViT-B/16, future prediction ViT-L/16) at its per-GPU batch:
+  bench     `raystream bench`'s measurement (main.py `run`), the compiled optimizer allowed on CUDA: steps/s from
+            device memory and from the live stream, the optimizer step (configured, stock eager and compiled
+            Orthogonal-AdamW, AdamW foreach and fused), the checks before timing (compiled step included), the peak
+            memory of the correlation and of the steps with a checkpoint save;
+  estimate  cluster/gpu_memory.py's estimate at the same per-GPU batch, beside the measured peak;
+  train     2 steps as a worker takes them, one log window (worker_steps.py): host syncs in the steps and at the
+            read-back, the checkpoint's save stall (copy to host memory) and its write.
+Then:
+  decode    frames/s of the clip stream per decoder that imports here (backends.DECODERS), measured by
+            benchmarks/stream_decode.py's `child` on a video it writes;
+  eval      bf16 feature extraction (eval_rates.py `encode_rate`): ViT-S/16 images/s at 224 px, ViT-B/16 clips/s.
+
+Every phase draws on one time budget (default 420 s, inside the 8 minutes a device call is given); a phase that
+fails is recorded with its error and the others go on. `--tiny` (the CPU dry run of the suite) takes the same path
+with tiny models, 32 px clips, batch 2 and no compiling. Imports neither Ray nor MLflow. Exit 0, or 1 when a phase
+failed (the JSON says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_DIR = ".campaign/demo"
+
+# The paper presets at their per-GPU batch (the experiment's global batch over its GPUs): DoRA 32 clips on one GPU,
+# VideoMAE 512 over 8 GPUs (64 each), future prediction 16 on one.
+PRESETS = {
+    "dora_vit_s": ["+experiment=dora_paper", "trainer.num_workers=1", "stream.batch_size=32"],
+    "videomae_vit_b": ["+experiment=videomae_paper", "trainer.num_workers=8", "stream.batch_size=512"],
+    "future_prediction_vit_l": ["+experiment=future_prediction_paper", "trainer.num_workers=1",
+                                "stream.batch_size=16"],
+}
+# What every preset reads: demo walking-tour videos (the paper's videos are not on the GPU machine), no probe sets.
+DEMO = ["data=walking_tour", "data.videos=null", "data.heldout_videos=null", "eval.dataset=null", "eval.metrics=[]",
+        "data.demo.num_videos=2", "data.demo.frames_per_video=900", "data.demo.canvas=256"]
+# --tiny: the same presets shrunk so that the whole campaign runs on a CPU in the suite.
+TINY = ["scenario.backbone.preset=tiny", "stream.resolution=32", "stream.batch_size=2", "trainer.num_workers=1",
+        "data.demo.num_videos=1", "data.demo.frames_per_video=150", "data.demo.canvas=32", "trainer.bf16=false"]
+TINY_PRESET = {
+    "dora_vit_s": ["stream.fps=10", "scenario.dora.out_dim=64", "scenario.dora.hidden_dim=32",
+                   "scenario.dora.bottleneck_dim=16", "scenario.dora.local_size=16", "scenario.dora.local_crops=2"],
+    "videomae_vit_b": ["stream.frames_per_clip=4"],
+    "future_prediction_vit_l": ["stream.target_offset_s=0.2"],
+}
+BUDGET = {"bench": 0.2, "decode": 0.08, "eval": 0.06}  # shares of the whole budget (each preset's bench: 0.2)
+
+
+def overrides(preset: str, tiny: bool, demo_dir: str) -> List[str]:
+    return [*PRESETS[preset], *DEMO, f"data.demo.cache_dir={demo_dir}",
+            *((TINY + TINY_PRESET[preset]) if tiny else [])]
+
+
+def _gpu_memory():
+    """cluster/gpu_memory.py (a script folder, not a package), loaded from the checkout."""
+    spec = importlib.util.spec_from_file_location("raystream_cluster_gpu_memory", ROOT / "cluster" / "gpu_memory.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _stream_decode():
+    spec = importlib.util.spec_from_file_location("raystream_stream_decode", ROOT / "benchmarks" / "stream_decode.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Campaign:
+    """The phases in order, each recorded under its name in `result` (its figures, or `{"error": ...}`)."""
+
+    def __init__(self, device: str, tiny: bool, budget_s: float, demo_dir: str):
+        self.device, self.tiny, self.demo_dir = device, tiny, demo_dir
+        self.budget_s, self.started = float(budget_s), time.monotonic()
+        self.result: Dict[str, Any] = {
+            "device": device, "tiny": tiny, "torch": torch.__version__, "budget_s": self.budget_s,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "device_name": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+            "commit": _commit(demo_dir), "presets": {}, "failed": []}
+
+    def left(self) -> float:
+        return self.budget_s - (time.monotonic() - self.started)
+
+    def phase(self, where: Dict[str, Any], name: str, fn: Callable[[], Any]) -> Any:
+        """Run one phase; record its figures and seconds, or its error (the campaign goes on)."""
+        t0 = time.monotonic()
+        try:
+            where[name] = fn()
+        except Exception as exc:  # noqa: BLE001 - one phase's failure is a figure of the campaign, not its end
+            where[name] = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc(limit=4)}
+            self.result["failed"].append(name if where is self.result else f"{where['preset']}.{name}")
+        where.setdefault("seconds", {})[name] = round(time.monotonic() - t0, 2)
+        gc.collect()
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        return where[name]
+
+    def preset(self, name: str) -> None:
+        from raystream.bench.main import run
+        from raystream.bench.worker_steps import train_steps
+        from raystream.config import compose
+
+        ov = overrides(name, self.tiny, self.demo_dir)
+        cfg = compose(ov)
+        where = self.result["presets"].setdefault(name, {"preset": name, "overrides": ov})
+        budget = max(30.0, min(self.left(), BUDGET["bench"] * self.budget_s))
+        compile_mode = "off" if self.tiny else "on"
+        self.phase(where, "bench", lambda: run(cfg, device=self.device, steps=2 if self.tiny else 10,
+                                               time_budget=budget, compile=compile_mode, overrides=ov))
+        batch = int(cfg.stream.batch_size) // int(cfg.trainer.num_workers)
+        self.phase(where, "estimate", lambda: _estimate(ov, batch))
+        self.phase(where, "train", lambda: train_steps(cfg, torch.device(self.device), steps=2))
+
+    def decode(self) -> Dict[str, Any]:
+        from raystream.data.decode.backends import DECODERS
+
+        bench = _stream_decode()
+        frames, canvas, resolution = (150, 64, 32) if self.tiny else (900, 256, 224)
+        out: Dict[str, Any] = {"video_frames": frames, "canvas": canvas, "resolution": resolution, "decoders": {}}
+        with tempfile.TemporaryDirectory(prefix="raystream-campaign-video-") as d:
+            video = str(bench.make_video(Path(d), frames, canvas))
+            for decoder in DECODERS:
+                for setting in ("videomae",) if self.tiny else ("dora", "videomae"):
+                    key = f"{setting} {decoder}"
+                    if self.left() < 10:
+                        out["decoders"][key] = {"skipped": "time budget"}
+                        continue
+                    try:
+                        r = bench.child("stream", video, setting, decoder, resolution, 0)
+                        out["decoders"][key] = {"frames": r["frames"], "seconds": r["seconds"],
+                                                "frames_per_s": r["frames"] / r["seconds"]}
+                    except Exception as exc:  # noqa: BLE001 - a decoder not installed here is a row, not a failure
+                        out["decoders"][key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
+        return out
+
+    def eval(self) -> Dict[str, Any]:
+        from raystream.bench.eval_rates import encode_rate
+        from raystream.models.vit import VisionTransformer
+
+        dev = torch.device(self.device)
+        if self.tiny:
+            side, images, clips, frames, dims = 32, 4, 2, 4, dict(embed_dim=32, depth=1, num_heads=2)
+            vit_s = vit_b = dims
+        else:
+            side, images, clips, frames = 224, 256, 32, 16
+            vit_s, vit_b = dict(embed_dim=384, depth=12, num_heads=6), dict(embed_dim=768, depth=12, num_heads=12)
+        s = VisionTransformer(img_size=side, patch_size=16, **vit_s).to(dev).eval()
+        b = VisionTransformer(img_size=side, patch_size=16, num_frames=frames, tubelet_size=2, **vit_b).to(dev).eval()
+        batches = 1 if self.tiny else 3
+        return {"bf16": dev.type == "cuda", "resolution": side, "image_batch": images, "clip_batch": clips,
+                "vit_s16_images_per_s": encode_rate(s, (3, side, side), images, batches, dev),
+                "vit_b16_clips_per_s": encode_rate(b, (frames, 3, side, side), clips, batches, dev)}
+
+    def run(self) -> Dict[str, Any]:
+        for name in PRESETS:
+            if self.left() <= 30:
+                self.result["presets"][name] = {"preset": name, "skipped": "time budget"}
+                continue
+            self.preset(name)
+        self.phase(self.result, "decode", self.decode)
+        self.phase(self.result, "eval", self.eval)
+        self.result["elapsed_s"] = round(time.monotonic() - self.started, 1)
+        self.result["imported"] = sorted(m for m in ("ray", "mlflow") if m in sys.modules)  # none: a bare GPU box
+        return self.result
+
+
+def _estimate(ov: List[str], batch: int) -> Dict[str, Any]:
+    r = _gpu_memory().estimate(ov, [batch])
+    return {"batch": batch, "tensors_bytes": r["tensors"][batch], "total_bytes": r["total"][batch],
+            "moments_bytes": r["moments"][batch], "params": r["params"]}
+
+
+def _commit(demo_dir: str = DEMO_DIR) -> Optional[str]:
+    """The checkout's commit: git's, or the one gpu_campaign_pack.sh wrote beside the demo videos (a copy of the
+    working tree on the GPU machine may have no .git)."""
+    import subprocess
+
+    try:
+        found = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                               text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        found = ""
+    packed = ROOT / Path(demo_dir).parent / "commit"
+    return found or (packed.read_text().strip() if packed.is_file() else None)
+
+
+def _f(x, fmt="{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def markdown(r: Dict[str, Any]) -> str:
+    """The campaign's table: one row per preset, then decoders and evaluation."""
+    gib = float(1 << 30)
+    lines = [f"GPU campaign {r['date']}, {r['device_name']} ({r['device']}{', tiny dry run' if r['tiny'] else ''}), "
+             f"torch {r['torch']}, commit {r['commit']}, {r.get('elapsed_s', '?')} s of a {r['budget_s']:.0f} s budget",
+             "",
+             "| preset | batch/GPU | steps/s memory | steps/s live | live/memory | optimizer ms: configured / eager "
+             "/ compiled / AdamW foreach / fused | compiled step | peak GiB (estimate) | syncs: steps / read | "
+             "checkpoint stall s (write s) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, p in r["presets"].items():
+        b, e, t = p.get("bench", {}), p.get("estimate", {}), p.get("train", {})
+        if "skipped" in p or "error" in b:
+            why = p.get("skipped") or b["error"].splitlines()[0][:120]
+            lines.append(f"| {name} | | | | | {why} | | | | |")
+            continue
+        ms = b.get("optimizer_step_ms", {})
+        opt = " / ".join(_f(ms.get(k)) for k in (b.get("optimizer_configured"), "orthogonal_adamw",
+                                                 "orthogonal_adamw_compiled", "adamw_foreach", "adamw_fused"))
+        peak = max(b.get("peak_memory_bytes", 0), b.get("correlation_peak_memory_bytes", 0)) / gib
+        est = _f(e.get("tensors_bytes", None) and e["tensors_bytes"] / gib) if "error" not in e else "error"
+        syncs = (f"{_f(t.get('host_syncs_in_steps'), '{}')} / {_f(t.get('host_syncs_in_read'), '{}')}"
+                 if "error" not in t else "error")
+        stall = (f"{_f(t.get('checkpoint_stall_s'))} ({_f(t.get('checkpoint_write_s'))})" if "error" not in t
+                 else "error")
+        lines.append(f"| {name} | {b.get('batch_size')} | {_f(b.get('from_memory_steps_per_s'))} | "
+                     f"{_f(b.get('live_steps_per_s'))} | {_f(b.get('live_over_memory'))} | {opt} | "
+                     f"{b.get('checks', {}).get('compiled_step', '-')[:60]} | {peak:.2f} ({est}) | {syncs} | {stall} |")
+    d = r.get("decode", {})
+    if "decoders" in d:
+        lines += ["", f"decode, {d['video_frames']} frames {d['canvas']} px, clips at {d['resolution']} px, 1 worker:",
+                  "", "| setting decoder | frames/s |", "|---|---|"]
+        for key, v in d["decoders"].items():
+            lines.append(f"| {key} | {_f(v.get('frames_per_s'), '{:.0f}') if 'frames_per_s' in v else v}"
+                         .replace("{", "").replace("}", "") + " |")
+    ev = r.get("eval", {})
+    if "vit_s16_images_per_s" in ev:
+        lines += ["", f"evaluation features ({'bf16' if ev['bf16'] else 'fp32'}, {ev['resolution']} px): ViT-S/16 "
+                      f"{ev['vit_s16_images_per_s']:.1f} images/s (batch {ev['image_batch']}), ViT-B/16 "
+                      f"{ev['vit_b16_clips_per_s']:.2f} clips/s (batch {ev['clip_batch']})"]
+    if r["failed"]:
+        lines += ["", "failed: " + ", ".join(r["failed"]) + " (errors in the JSON)"]
+    return "\n".join(lines) + "\n"
+
+
+def prepare(tiny: bool, demo_dir: str) -> List[str]:
+    """Write the demo videos every preset reads into `demo_dir` (the campaign's overrides find them there)."""
+    from raystream.config import compose
+    from raystream.data.demo.videos import ensure_demo_videos
+
+    written = []
+    for name in PRESETS:
+        cfg = compose(overrides(name, tiny, demo_dir))
+        written += [str(p) for p in ensure_demo_videos(cfg.data.demo)]
+    return sorted(set(written))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default=None, help="folder for campaign.json and campaign.md")
+    p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="default: cuda when torch sees a GPU")
+    p.add_argument("--tiny", action="store_true", help="tiny models and clips: the CPU dry run")
+    p.add_argument("--budget", type=float, default=420.0, help="seconds for the whole campaign")
+    p.add_argument("--demo-dir", default=DEMO_DIR, help="where the demo videos are (or are written)")
+    p.add_argument("--prepare", action="store_true", help="only write the demo videos into --demo-dir")
+    args = p.parse_args(argv)
+    if args.prepare:
+        for path in prepare(args.tiny, args.demo_dir):
+            print(path)
+        return 0
+    if args.out is None:
+        p.error("--out is required (unless --prepare)")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        print(f"raystream campaign: --device cuda but torch {torch.__version__} sees no GPU", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result = Campaign(device, args.tiny, args.budget, args.demo_dir).run()
+    (out / "campaign.json").write_text(json.dumps(result, indent=1, default=str))
+    table = markdown(result)
+    (out / "campaign.md").write_text(table)
+    print(table)
+    return 1 if result["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,9 +2,9 @@
 x86_64 macOS and Windows only, so an aarch64 Linux GPU node (GH200, Graviton) or an Apple-silicon laptop has no
 decord. pyproject.toml requires decord only where its wheels exist; PyAV is everywhere; torchcodec is an extra.
 
-The second test builds such an environment here: a fresh venv whose site-packages links every installed
-distribution of this one except decord and torchcodec (absent, not broken: `import decord` finds nothing), installs
-raystream into it (editable, offline, no dependencies), and runs the demo's stream and a 2-step train there.
+The second test builds such an environment here: a fresh venv with this one's packages except decord and torchcodec
+(their import fails as an uninstalled module's does), installs raystream into it (editable, offline, no
+dependencies), and runs the demo's stream and a 2-step train there, decoded by PyAV.
 """
 
 from __future__ import annotations
@@ -49,17 +49,19 @@ def test_decord_is_required_only_where_it_has_wheels_and_pyav_everywhere():
 
 
 def _venv_without(root: Path, hidden: tuple) -> Path:
-    """A venv linking every entry of this environment's site-packages except those of `hidden` and raystream."""
+    """A venv taking its third-party packages from this environment (a .pth naming its site-packages, as
+    tests/test_wheel.py does) in which the modules `hidden` are not found: each is shadowed by a package whose import
+    raises ModuleNotFoundError, as `import decord` does where decord is not installed."""
     venv = root / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
-    python = venv / "bin" / "python"
-    purelib = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
-    for site in [Path(p) for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]:
-        for entry in site.iterdir():
-            name = entry.name.lower()
-            if name.startswith(hidden) or "raystream" in name or (purelib / entry.name).exists():
-                continue
-            (purelib / entry.name).symlink_to(entry)
+    purelib = Path(_run([str(venv / "bin" / "python"), "-c",
+                         "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip())
+    deps = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    (purelib / "test_env_deps.pth").write_text("\n".join(deps) + "\n")
+    for name in hidden:
+        (purelib / name).mkdir()
+        (purelib / name / "__init__.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{name}'\", name={name!r})\n")
     return venv
 
 
@@ -67,16 +69,16 @@ def _venv_without(root: Path, hidden: tuple) -> Path:
 def test_without_decord_the_demo_streams_and_trains(tmp_path):
     venv = _venv_without(tmp_path, ("decord", "torchcodec"))
     python = str(venv / "bin" / "python")
-    _run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", "-e",
-          str(CHECKOUT)])
+    _run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", "--no-build-isolation",
+          "--no-index", "-e", str(CHECKOUT)])
     home = tmp_path / "home"
     home.mkdir()
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "RAYSTREAM_CONFIG_DIR", "MLFLOW_TRACKING_URI", "RAY_ADDRESS", "VIRTUAL_ENV")}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    found = _run([python, "-c", "import importlib.util as u; from raystream.data.decode.backends import "
-                  "installed_decoders as d; print(u.find_spec('decord'), d())"], cwd=home, env=env).stdout
-    assert found.split() == ["None", "('pyav',)"]
+    found = _run([python, "-c", "import raystream; from raystream.data.decode.backends import installed_decoders as d; "
+                  "print(raystream.__file__, d())"], cwd=home, env=env).stdout.split()
+    assert found == [str(CHECKOUT / "raystream" / "__init__.py"), "('pyav',)"]
     raystream = str(venv / "bin" / "raystream")
     inspect = _run([raystream, "data", "inspect", "--batches", "2"], cwd=home, env=env)
     assert len(inspect.stdout.splitlines()) == 2

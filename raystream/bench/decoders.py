@@ -36,7 +36,7 @@ from raystream.data.stream.build import build_stream
 def write_1080p(path: Path, frames: int = 120) -> Path:
     """`frames` 1920x1080 frames at 30 fps through libx264 with B-frames (bf 3, GOP 30, crf 23): a moving pattern
     with detail, so the decoder has real work per frame."""
-    import av
+    import av  # lazy: only this writer needs PyAV's encoder
 
     y, x = np.mgrid[0:1080, 0:1920].astype(np.float32)
     with av.open(str(path), mode="w") as container:

@@ -57,7 +57,7 @@ class DataConfig:
     name: str = "moving_digits"
     videos: Optional[Any] = None
     heldout_videos: Optional[Any] = None
-    decoder: str = "auto"  # auto (per file the first installed of torchcodec, decord, pyav that reads it exactly) |
+    decoder: str = "auto"  # auto (per file the first installed of decord, torchcodec, pyav that reads it exactly) |
     # torchcodec | decord | pyav; docs/videos.md
     decode_device: str = "cpu"  # cpu | cuda: torchcodec decodes on the GPU (NVDEC) and scales there; says why not
     fps: Optional[float] = None  # overrides the container's fps when it lies

@@ -22,7 +22,7 @@ def torchcodec_unavailable() -> Optional[str]:
     """Why torchcodec cannot decode here (not installed, or a build that does not load beside this torch); None
     when it imports."""
     try:
-        import torchcodec.decoders  # noqa: F401
+        import torchcodec.decoders  # noqa: F401  - lazy: this import is the question asked
     except ImportError as exc:
         if getattr(exc, "name", None) == "torchcodec":
             return "torchcodec is not installed (pip install 'raystream[torchcodec]')"
@@ -35,13 +35,13 @@ def torchcodec_unavailable() -> Optional[str]:
 def cuda_unavailable() -> Optional[str]:
     """Why frames cannot be decoded on the GPU here (one line); None when torch sees a CUDA device and torchcodec
     loads (whether this torchcodec build has NVDEC shows when the first decoder opens: TorchCodecReader says so)."""
-    import torch
+    import torch  # lazy: the probe child that reads with PyAV or decord never imports torch
 
     if not torch.cuda.is_available():
         return f"torch {torch.__version__} sees no CUDA device"
     why = torchcodec_unavailable()
     if why is None:
-        import torchcodec
+        import torchcodec  # lazy: loaded just above, only where it loads
 
         if str(torchcodec.__version__).endswith("+cpu"):
             return (f"torchcodec {torchcodec.__version__} is a CPU build: install the CUDA build matching torch "
@@ -67,7 +67,7 @@ class TorchCodecReader:
 
     def __init__(self, path: str, size: Optional[Tuple[int, int]] = None, device: str = "cpu"):
         from torchcodec.decoders import VideoDecoder  # lazy: a decoder library loads with its first reader
-        from torchcodec.transforms import Resize
+        from torchcodec.transforms import Resize  # lazy: as VideoDecoder
 
         self.path, self.device = str(path), str(device)
         transforms = [Resize((int(size[1]), int(size[0])))] if size is not None else None

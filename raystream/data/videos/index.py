@@ -146,7 +146,8 @@ def _probe(todo: List[int], entries: Sequence[VideoEntry], data_cfg, cache,
         keep = [cache.path_of(entries[j].source) for j in chunk if entries[j].source is not None]
         local = [_fetched(cache, entries[i], keep) if entries[i].source is not None else entries[i]
                  for i in chunk]
-        good, bad = probe_videos(local, str(data_cfg.decoder), float(data_cfg.decode_timeout_s), fps_override)
+        good, bad = probe_videos(local, str(data_cfg.decoder), float(data_cfg.decode_timeout_s), fps_override,
+                                 str(data_cfg.decode_device))
         by_path = {g.path: g for g in good}
         problems = dict(bad)
         for i, e in zip(chunk, local):

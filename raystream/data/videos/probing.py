@@ -28,18 +28,20 @@ from raystream.data.videos.listing import VideoEntry, VideoInfo
 _CACHE: Dict[tuple, Tuple[Optional[VideoInfo], Optional[str]]] = {}
 
 
-def _cache_key(path: str, decoder: str) -> Optional[tuple]:
+def _cache_key(path: str, decoder: str, device: str) -> Optional[tuple]:
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return (os.path.realpath(path), st.st_size, st.st_mtime_ns, decoder)
+    return (os.path.realpath(path), st.st_size, st.st_mtime_ns, decoder, device)
 
 
 def probe_videos(entries: Sequence[VideoEntry], decoder: str, timeout_s: float,
-                 fps_override: Optional[float] = None) -> Tuple[List[VideoInfo], List[Tuple[str, str]]]:
+                 fps_override: Optional[float] = None,
+                 device: str = "cpu") -> Tuple[List[VideoInfo], List[Tuple[str, str]]]:
     """(good videos in order, [(path, problem)] for the bad ones). Results are cached per (file, size, mtime).
-    A configured decoder that is not installed is a DataError saying so, before any file is opened."""
+    A configured decoder that is not installed is a DataError saying so, before any file is opened. `device`: where
+    the stream decodes (data.decode_device), which sets auto's order of decoders."""
     if decoder not in ("auto", "pyav") and unavailable(decoder) is not None:
         raise DataError(f"data.decoder = {decoder}: {unavailable(decoder)}; data.decoder=auto uses what is installed "
                         f"({', '.join(installed_decoders())})")
@@ -55,14 +57,14 @@ def probe_videos(entries: Sequence[VideoEntry], decoder: str, timeout_s: float,
         elif os.path.getsize(e.path) == 0:
             results[i] = (None, "empty file (0 bytes): not a video")
         else:
-            key = _cache_key(e.path, decoder)
+            key = _cache_key(e.path, decoder, device)
             if key in _CACHE:
                 results[i] = _CACHE[key]
             else:
                 todo.append(i)
-    for i, res in _probe_in_child([entries[i].path for i in todo], decoder, timeout_s).items():
+    for i, res in _probe_in_child([entries[i].path for i in todo], decoder, timeout_s, device).items():
         results[todo[i]] = res
-        key = _cache_key(entries[todo[i]].path, decoder)
+        key = _cache_key(entries[todo[i]].path, decoder, device)
         if key is not None:
             _CACHE[key] = res
     good: List[VideoInfo] = []
@@ -81,13 +83,13 @@ def probe_videos(entries: Sequence[VideoEntry], decoder: str, timeout_s: float,
     return good, bad
 
 
-def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[int, tuple]:
+def _probe_in_child(paths: List[str], decoder: str, timeout_s: float, device: str) -> Dict[int, tuple]:
     """Probe `paths` in child processes; a hang past `timeout_s` or a crash marks that file bad and moves on."""
     out: Dict[int, tuple] = {}
     start = 0
     while start < len(paths):
         proc = subprocess.Popen([sys.executable, "-m", "raystream.data.videos.probing", decoder,
-                                 *_candidates(decoder)],
+                                 *_candidates(decoder, device)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         proc.stdin.write(json.dumps(paths[start:]))
         proc.stdin.close()
@@ -126,10 +128,11 @@ def _probe_in_child(paths: List[str], decoder: str, timeout_s: float) -> Dict[in
     return out
 
 
-def _candidates(decoder: str) -> List[str]:
-    """The decoders the probe tries on each file before PyAV: `decoder`, or with `auto` the installed ones."""
+def _candidates(decoder: str, device: str = "cpu") -> List[str]:
+    """The decoders the probe tries on each file before PyAV: `decoder`, or with `auto` the installed ones in
+    auto's order for `device`."""
     if decoder == "auto":
-        return [d for d in installed_decoders() if d != "pyav"]
+        return [d for d in installed_decoders(device) if d != "pyav"]
     return [] if decoder == "pyav" else [decoder]
 
 

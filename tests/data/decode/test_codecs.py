@@ -170,7 +170,7 @@ def test_the_check_names_each_way_decord_and_the_container_can_disagree(coded, b
 def test_auto_takes_per_file_the_first_installed_decoder_that_reads_it_exactly(coded):
     """The probe's choice under data.decoder=auto, for a given list of installed decoders: a file the first one
     would misread (HEVC's open GOP for decord) or cannot open (AV1 for decord 0.6) goes to the next, PyAV at the
-    latest, and says why; a file it reads exactly stays with it. With torchcodec installed, it reads every codec."""
+    latest, and says why; a file it reads exactly stays with it. With torchcodec installed, nothing goes to PyAV."""
     hevc, h264 = _video(coded, "hevc_mp4")[0], _video(coded, "h264_bframes_mp4")[0]
     if "decord" in installed_decoders():
         got = _probe_one(hevc, "auto", ["decord"])
@@ -182,13 +182,18 @@ def test_auto_takes_per_file_the_first_installed_decoder_that_reads_it_exactly(c
     assert _probe_one(hevc, "auto", [])["decoded_by"] == "pyav"
     if "torchcodec" not in installed_decoders():
         return
-    assert _probe_one(hevc, "auto", ["torchcodec", "decord"]) == {**_probe_one(hevc, "pyav", []),
-                                                                   "decoded_by": "torchcodec"}
+    assert _probe_one(hevc, "auto", ["decord", "torchcodec"]) == {
+        **_probe_one(hevc, "pyav", []), "decoded_by": "torchcodec",
+        "pyav_because": _probe_one(hevc, "auto", ["decord"])["pyav_because"]}  # decord passed over, saying why
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         stream = build_stream(data_cfg([p for p, _ in coded.values()], decoder="auto"), stream_cfg())
-    assert not [w for w in said if "would read" in str(w.message)]  # nothing to say: torchcodec reads every file
-    assert {v.decoder("auto") for v in stream.videos} == {"torchcodec"}
+    by = {p: v.decoder("auto") for p, v in zip([p for p, _ in coded.values()], stream.videos)}
+    assert set(by.values()) <= set(installed_decoders()) - {"pyav"} and by[hevc] == "torchcodec"  # never PyAV
+    passed_over = "\n".join(str(w.message) for w in said if "would read" in str(w.message))
+    assert (hevc in passed_over) == (by[h264] == "decord")  # said once, where decord is passed over
+    if "decord" in installed_decoders():  # the fastest exact one first: decord keeps what it reads exactly
+        assert by[h264] == "decord" and f"{hevc}: decord: " in passed_over and f"{h264}:" not in passed_over
 
 
 @pytest.mark.parametrize("decoder", CAMPAIGN)

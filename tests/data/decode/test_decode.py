@@ -221,3 +221,17 @@ def test_decode_device_cuda_falls_back_to_the_cpu_saying_why_in_one_line(block_v
 
     with pytest.raises(ConfigError, match="decode_device"):
         compose(["data.decode_device=gpu"])
+
+
+def test_auto_tries_the_fastest_exact_decoder_first_on_the_cpu_and_torchcodec_first_for_the_gpu():
+    """data.decoder=auto's order: decord (the fastest here, docs/benchmarks.md), torchcodec, PyAV on the CPU; with
+    data.decode_device=cuda torchcodec first (NVDEC). Only installed decoders are tried; PyAV is always there."""
+    from raystream.data.decode.backends import installed_decoders
+    from raystream.data.videos.probing import _candidates
+
+    cpu, gpu = installed_decoders("cpu"), installed_decoders("cuda")
+    assert cpu[-1] == gpu[-1] == "pyav" and set(cpu) == set(gpu)
+    assert [d for d in ("decord", "torchcodec") if d in cpu] == list(cpu[:-1])
+    assert [d for d in ("torchcodec", "decord") if d in gpu] == list(gpu[:-1])
+    assert _candidates("auto", "cpu") == list(cpu[:-1]) and _candidates("auto", "cuda") == list(gpu[:-1])
+    assert _candidates("decord", "cuda") == ["decord"] and _candidates("pyav") == []

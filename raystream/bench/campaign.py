@@ -31,6 +31,7 @@ import datetime
 import gc
 import importlib.util
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +40,14 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
+
+from raystream.bench.eval_rates import encode_rate
+from raystream.bench.main import run as bench_run
+from raystream.bench.worker_steps import train_steps
+from raystream.config import compose
+from raystream.data.decode.backends import DECODERS
+from raystream.data.demo.videos import ensure_demo_videos
+from raystream.models.vit import VisionTransformer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_DIR = ".campaign/demo"
@@ -116,24 +125,18 @@ class Campaign:
         return where[name]
 
     def preset(self, name: str) -> None:
-        from raystream.bench.main import run
-        from raystream.bench.worker_steps import train_steps
-        from raystream.config import compose
-
         ov = overrides(name, self.tiny, self.demo_dir)
         cfg = compose(ov)
         where = self.result["presets"].setdefault(name, {"preset": name, "overrides": ov})
         budget = max(30.0, min(self.left(), BUDGET["bench"] * self.budget_s))
         compile_mode = "off" if self.tiny else "on"
-        self.phase(where, "bench", lambda: run(cfg, device=self.device, steps=2 if self.tiny else 10,
+        self.phase(where, "bench", lambda: bench_run(cfg, device=self.device, steps=2 if self.tiny else 10,
                                                time_budget=budget, compile=compile_mode, overrides=ov))
         batch = int(cfg.stream.batch_size) // int(cfg.trainer.num_workers)
         self.phase(where, "estimate", lambda: _estimate(ov, batch))
         self.phase(where, "train", lambda: train_steps(cfg, torch.device(self.device), steps=2))
 
     def decode(self) -> Dict[str, Any]:
-        from raystream.data.decode.backends import DECODERS
-
         bench = _stream_decode()
         frames, canvas, resolution = (150, 64, 32) if self.tiny else (900, 256, 224)
         out: Dict[str, Any] = {"video_frames": frames, "canvas": canvas, "resolution": resolution, "decoders": {}}
@@ -154,9 +157,6 @@ class Campaign:
         return out
 
     def eval(self) -> Dict[str, Any]:
-        from raystream.bench.eval_rates import encode_rate
-        from raystream.models.vit import VisionTransformer
-
         dev = torch.device(self.device)
         if self.tiny:
             side, images, clips, frames, dims = 32, 4, 2, 4, dict(embed_dim=32, depth=1, num_heads=2)
@@ -193,8 +193,6 @@ def _estimate(ov: List[str], batch: int) -> Dict[str, Any]:
 def _commit(demo_dir: str = DEMO_DIR) -> Optional[str]:
     """The checkout's commit: git's, or the one gpu_campaign_pack.sh wrote beside the demo videos (a copy of the
     working tree on the GPU machine may have no .git)."""
-    import subprocess
-
     try:
         found = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                                text=True, timeout=10).stdout.strip()
@@ -255,9 +253,6 @@ def markdown(r: Dict[str, Any]) -> str:
 
 def prepare(tiny: bool, demo_dir: str) -> List[str]:
     """Write the demo videos every preset reads into `demo_dir` (the campaign's overrides find them there)."""
-    from raystream.config import compose
-    from raystream.data.demo.videos import ensure_demo_videos
-
     written = []
     for name in PRESETS:
         cfg = compose(overrides(name, tiny, demo_dir))

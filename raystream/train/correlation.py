@@ -214,10 +214,10 @@ def _cosines_once(orders: Dict[str, _Pairs], gradient: Callable[[_Shard, int], O
     centred_gram = gram - row[:, None] - row[None, :] + gram.mean()
     raw: Dict[str, List[float]] = {key: [] for key in orders}
     centred: Dict[str, List[float]] = {key: [] for key in orders}
-    for i, (key, _, _) in enumerate(held):
+    for i, (key, _, _) in enumerate(held):  # clamped: the centring's rounding can step past +-1 (a pair = the mean's)
         a, b = 2 * i, 2 * i + 1
-        raw[key].append(float(cosine(gram[a, b], gram[a, a], gram[b, b])))
-        centred[key].append(float(cosine(centred_gram[a, b], centred_gram[a, a], centred_gram[b, b])))
+        raw[key].append(float(cosine(gram[a, b], gram[a, a], gram[b, b]).clamp(-1.0, 1.0)))
+        centred[key].append(float(cosine(centred_gram[a, b], centred_gram[a, a], centred_gram[b, b]).clamp(-1.0, 1.0)))
     out: Dict[str, Any] = {key: _mean_of_finite(v) for key, v in centred.items()}
     out.update({f"{key}_raw": _mean_of_finite(v) for key, v in raw.items()})
     out["parameters"] = int(vectors[0].numel())

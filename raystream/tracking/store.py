@@ -61,8 +61,6 @@ class StoreNotAnswering(TrackingStoreError):
 
 
 SERVER_ATTEMPTS, SERVER_TIMEOUT_S = 3, 5.0  # prepare_store's request to a tracking server: at most ~20 s in all
-# What a failed connection says when nothing listens at the address (no use retrying): urllib3's and the OS's words.
-NOTHING_THERE = ("Connection refused", "NameResolutionError", "Name or service not known", "nodename nor servname")
 
 
 def prepare_store(uri: str, *, create: bool = True) -> None:
@@ -129,8 +127,8 @@ def _prepare_sqlite(uri: str, db: Path, create: bool) -> None:
 
 def _ask_server(uri: str) -> None:
     """One short request to a tracking server (`experiments/search`, one result), retried a bounded number of times
-    when it times out or answers HTTP 5xx; a refused connection or an unknown host (nothing listens there) fails at
-    once. The error holds the whole exception and what to check."""
+    (a server being started refuses connections for a moment); the error holds the whole exception and what to
+    check."""
     from mlflow.tracking._tracking_service.utils import _get_store  # lazy: MLflow; the CLI loads this module
     from mlflow.utils.rest_utils import http_request  # lazy: as above
 
@@ -155,16 +153,13 @@ def _ask_server(uri: str) -> None:
             raise
         except Exception as exc:  # connection refused, DNS, timeout
             last = exc
-            if any(mark in str(exc) for mark in NOTHING_THERE):
-                break
         if tries < SERVER_ATTEMPTS:
             time.sleep(1.0 * tries)
     host = urlparse(uri).netloc or uri
     reason = " ".join(str(last).split()) if last is not None and str(last) else type(last).__name__
     raise StoreNotAnswering(
         f"MLflow tracking URI {uri}: "
-        + ("nothing answers there (not retried)" if tries < SERVER_ATTEMPTS or any(m in reason for m in NOTHING_THERE)
-           else f"no answer after {tries} tries ({SERVER_TIMEOUT_S:g} s each)")
+        + f"no answer after {tries} tries ({SERVER_TIMEOUT_S:g} s each)"
         + f": {type(last).__name__}: {reason}. Check that an MLflow tracking server runs at {host} (e.g. "
         f"`mlflow server --host <host> --port <port>`) and is reachable from here, and that mlflow.tracking_uri "
         f"or $MLFLOW_TRACKING_URI names it (a local store needs no server: sqlite:///<path>/mlflow.db)")

@@ -163,25 +163,28 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     check(cfg)
     storage = results.resolve(cfg.trainer.storage_path)  # local directory or s3:// / gs:// URI
     run_dir = storage.child(name)
+    # The inputs first, before Ray starts: a bad one writes nothing (no run directory, no lock). A checkpoint that
+    # does not fit the model (checked once per model in a sweep), too few local CPUs, unusable videos.
+    init_line = init_checked if init_checked is not None else check_backbone_init(cfg)
+    check_local_cpus(cfg.trainer)
+    plan = stream_plan(cfg)
     # One writer per run: a second `raystream train` of it refuses here (RunLocked, exit 2), before Ray starts; a
     # sweep's trial (a parent run) runs under its sweep's lock.
     lock = RunLock(run_dir, name).acquire() if mlflow_parent_run_id is None else None
     try:
-        return _fit(cfg, name, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags, init_checked)
+        return _fit(cfg, name, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags, init_line, plan)
     finally:
         if lock is not None:
             lock.release()
 
 
 def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags,
-         init_checked) -> Dict[str, Any]:
-    """`fit`'s work, under the run's lock."""
+         init_line, plan) -> Dict[str, Any]:
+    """`fit`'s work, under the run's lock, once its inputs are checked (`plan`: stream_plan's steps and skipped
+    videos)."""
     record = events.path_in(run_dir.uri)  # the run's record: what it writes to MLflow, mirrored from there
     catch_up(record, "an earlier attempt of this run")  # first: what a killed attempt left (kill -9) into MLflow
-    # A checkpoint that does not fit the model: before Ray starts (once per model in a sweep)
-    init_line = init_checked if init_checked is not None else check_backbone_init(cfg)
-    check_local_cpus(cfg.trainer)  # a local run: before Ray starts
-    total, skipped_videos = stream_plan(cfg)
+    total, skipped_videos = plan
     start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
     check_resources(cfg.trainer, cluster_capacity())  # what the cluster can grow to (autoscaler)
 

@@ -93,9 +93,9 @@ def test_in_stream_average_names():
     assert names.eval_name("knn_top1") == "eval/knn_top1" == names.eval_name("eval/knn_top1")
 
 
-def test_a_refused_server_is_named_at_once_with_the_whole_exception_and_what_to_check():
-    """Nothing listens at the URI: one try, not three (it took 23 s), and the message keeps the whole exception
-    (it was cut mid-word, "Failed to est") and says what to check."""
+def test_a_refused_server_is_named_with_the_whole_exception_and_what_to_check():
+    """Nothing listens at the URI: the message keeps the whole exception (it was cut mid-word, "Failed to est") and
+    says what to check, after a few seconds' bounded tries (a server being started refuses for a moment)."""
     import time
 
     from raystream.tracking.store import TrackingStoreError, prepare_store
@@ -105,7 +105,7 @@ def test_a_refused_server_is_named_at_once_with_the_whole_exception_and_what_to_
     t0 = time.time()
     with pytest.raises(TrackingStoreError) as err:
         prepare_store("http://127.0.0.1:1")
-    assert time.time() - t0 < 3.0
+    assert time.time() - t0 < 15.0  # 3 tries, 1 + 2 s apart (it took 23 s)
     text = str(err.value)
     assert "http://127.0.0.1:1" in text and "Failed to establish a new connection" in text
     assert "Connection refused" in text and "Check that an MLflow tracking server runs at 127.0.0.1:1" in text

@@ -12,7 +12,9 @@ A run ends FINISHED, FAILED (`raystream.error` says why; a divergence is never r
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import shlex
 import signal
 import sys
@@ -176,6 +178,9 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     finally:
         if lock is not None:
             lock.release()
+            if run_dir.local:  # a run stopped before it wrote anything (the cluster too small) leaves no directory
+                with contextlib.suppress(OSError):
+                    os.rmdir(run_dir.uri)
 
 
 def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags,

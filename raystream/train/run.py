@@ -12,14 +12,13 @@ A run ends FINISHED, FAILED (`raystream.error` says why; a divergence is never r
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import os
 import shlex
 import signal
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -179,7 +178,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
         if lock is not None:
             lock.release()
             if run_dir.local:  # a run stopped before it wrote anything (the cluster too small) leaves no directory
-                with contextlib.suppress(OSError):
+                with suppress(OSError):
                     os.rmdir(run_dir.uri)
 
 

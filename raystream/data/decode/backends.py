@@ -56,7 +56,7 @@ def open_reader(path: str, decoder: str = "auto", max_read_through: int = 250, d
                "pyav": lambda: PyAVReader(path, max_read_through=max_read_through, size=size)}
     assert tuple(readers) == PREFERENCE, "every decoder of PREFERENCE has a reader here"
     if decoder == "auto":
-        decoder = installed_decoders(device)[0]
+        decoder = first_installed(device)
     if decoder not in readers:
         raise DataError(f"data.decoder = {decoder!r}: expected one of {', '.join(DECODERS)}")
     missing = unavailable(decoder)
@@ -85,7 +85,18 @@ _UNAVAILABLE: dict = {}  # decoder -> why it cannot load here, or None
 def installed_decoders(device: str = "cpu") -> Tuple[str, ...]:
     """The decoders that load here, in auto's order for frames decoded on `device` (PREFERENCE, or CUDA_PREFERENCE
     for "cuda"); PyAV, a requirement, is everywhere."""
-    return tuple(d for d in (CUDA_PREFERENCE if device == "cuda" else PREFERENCE) if unavailable(d) is None)
+    return tuple(d for d in auto_order(device) if unavailable(d) is None)
+
+
+def auto_order(device: str = "cpu") -> Tuple[str, ...]:
+    """Every decoder in auto's order for frames decoded on `device`, installed or not."""
+    return CUDA_PREFERENCE if device == "cuda" else PREFERENCE
+
+
+def first_installed(device: str = "cpu") -> str:
+    """The first decoder of auto's order that loads here, loading no decoder after it: importing torchcodec (and
+    the FFmpeg libraries it tries) costs seconds in a fresh process that decord would serve."""
+    return next(d for d in auto_order(device) if unavailable(d) is None)
 
 
 def _decord_errors() -> tuple:
@@ -436,7 +447,7 @@ def open_scaled_reader(info, resolution: int, decoder: str, max_read_through: in
     size = scaled_size(info.width, info.height, resolution)
     chosen = info.decoder(decoder)
     if chosen == "auto":
-        chosen = installed_decoders(device)[0]
+        chosen = first_installed(device)
     return open_reader(info.path, chosen, max_read_through, decord_reset_frames,
                        size=None if size == (info.width, info.height) else size,
                        device=device if chosen == "torchcodec" else "cpu")

@@ -4,13 +4,14 @@
 raystream.data.videos.probing`) and decodes its first and last frames, so a missing, non-video, truncated/corrupt or
 empty file is reported by name before training; and a file that makes the decoder hang or abort costs at most
 `decode_timeout_s` and becomes an error, not a frozen sweep. Each file gets the decoder that reads it exactly
-(decode/exact.py): the configured one, or with `auto` the first installed of torchcodec, decord, PyAV; a file the
+(decode/exact.py): the configured one, or with `auto` the first installed in auto's order (decode/backends.py); a file the
 configured (preferred) decoder would read wrong or cannot open goes to the next, PyAV at the latest
 (`VideoInfo.decoded_by`, why in `VideoInfo.pyav_because`); see docs/videos.md.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -18,9 +19,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from raystream.data.decode.backends import installed_decoders, open_reader, unavailable
+from raystream.data.decode.backends import auto_order, installed_decoders, open_reader, unavailable
 from raystream.data.decode.exact import misread
 from raystream.data.errors import DataError
 from raystream.data.videos.listing import VideoEntry, VideoInfo
@@ -129,10 +130,10 @@ def _probe_in_child(paths: List[str], decoder: str, timeout_s: float, device: st
 
 
 def _candidates(decoder: str, device: str = "cpu") -> List[str]:
-    """The decoders the probe tries on each file before PyAV: `decoder`, or with `auto` the installed ones in
-    auto's order for `device`."""
-    if decoder == "auto":
-        return [d for d in installed_decoders(device) if d != "pyav"]
+    """The decoders the probe tries on each file before PyAV: `decoder`, or with `auto` each of auto's order for
+    `device` that loads."""
+    if decoder == "auto":  # installed or not: the child loads each when a file first needs it
+        return [d for d in auto_order(device) if d != "pyav"]
     return [] if decoder == "pyav" else [decoder]
 
 
@@ -144,7 +145,8 @@ def _pump(stream, lines: "queue.Queue[Optional[str]]") -> None:
     lines.put(None)
 
 
-def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None) -> dict:
+def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None,
+               on_first_load: Optional[Callable[[], None]] = None) -> dict:
     """Open `path`, decode its first and last frames; a dict with the facts or an `error`.
 
     The container is read with PyAV first (its FFmpeg messages say what is wrong: no video stream, zero frames,
@@ -164,6 +166,8 @@ def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None) 
             return {"error": f"truncated or corrupt: {cut}"}
         reader, chosen, passed = facts, "pyav", []
         for name in _candidates(decoder) if candidates is None else candidates:
+            if decoder == "auto" and _loads(name, on_first_load) is not None:
+                continue  # not installed here: auto passes it over without a word
             try:
                 opened.append(open_reader(path, name, max_read_through=1 << 30))
                 because = misread(opened[-1], facts, name) or _ends(opened[-1], path)
@@ -185,6 +189,20 @@ def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None) 
     finally:
         for r in opened:
             r.close()
+
+
+def _loads(name: str, on_first_load: Optional[Callable[[], None]]) -> Optional[str]:
+    """Why decoder `name` cannot load here (None when it loads), imported the first time a file needs it (a file
+    decord reads never pays for importing torchcodec); `on_first_load` runs after that first import."""
+    first = name not in _ASKED
+    _ASKED.add(name)
+    why = unavailable(name)
+    if first and on_first_load is not None:
+        on_first_load()
+    return why
+
+
+_ASKED: set = set()  # the decoders this process has tried to load
 
 
 def _ends(reader, path: str) -> Optional[str]:
@@ -214,8 +232,11 @@ def _strip_path(message: str, path: str) -> str:
 
 def _child_main() -> None:
     decoder, candidates = sys.argv[1], sys.argv[2:]
-    for name in ["pyav", *candidates]:  # import the decoders (only these) before the first file's clock starts
-        unavailable(name)
+    # import PyAV and the first decoder that loads before the first file's clock starts; auto's later ones load
+    # when a file first needs them, and the file's clock starts again after that import
+    for name in ["pyav", *candidates]:
+        if _loads(name, None) is None:
+            break
     paths = json.loads(sys.stdin.read())
     # a test hook: every file's decode takes at least this long, a stuck decode the tests can rely on
     delay_s = float(os.environ.get("RAYSTREAM_PROBE_DELAY_S", "0"))
@@ -223,7 +244,8 @@ def _child_main() -> None:
         print(json.dumps({"started": i}), flush=True)
         if delay_s:
             time.sleep(delay_s)
-        print(json.dumps({"i": i, **_probe_one(path, decoder, candidates)}), flush=True)
+        restart = functools.partial(print, json.dumps({"started": i}), flush=True)
+        print(json.dumps({"i": i, **_probe_one(path, decoder, candidates, restart)}), flush=True)
 
 
 if __name__ == "__main__":

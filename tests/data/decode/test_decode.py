@@ -233,5 +233,27 @@ def test_auto_tries_the_fastest_exact_decoder_first_on_the_cpu_and_torchcodec_fi
     assert cpu[-1] == gpu[-1] == "pyav" and set(cpu) == set(gpu)
     assert [d for d in ("decord", "torchcodec") if d in cpu] == list(cpu[:-1])
     assert [d for d in ("torchcodec", "decord") if d in gpu] == list(gpu[:-1])
-    assert _candidates("auto", "cpu") == list(cpu[:-1]) and _candidates("auto", "cuda") == list(gpu[:-1])
+    # the probe's child is handed auto's whole order and loads each decoder when a file first needs it
+    assert _candidates("auto", "cpu") == ["decord", "torchcodec"]
+    assert _candidates("auto", "cuda") == ["torchcodec", "decord"]
     assert _candidates("decord", "cuda") == ["decord"] and _candidates("pyav") == []
+
+
+def test_auto_loads_a_later_decoder_only_for_a_file_that_needs_it(block_videos):
+    """Importing torchcodec (and the FFmpeg libraries it tries) takes seconds in a fresh process, every probe child
+    and every Ray worker: under auto, a video decord reads exactly is probed and read without loading it."""
+    import subprocess
+    import sys
+
+    from raystream.data.decode.backends import unavailable
+
+    if unavailable("decord") is not None:
+        pytest.skip("decord is not installed here")
+    code = ("import json, sys; from raystream.data.videos.probing import _probe_one; "
+            "from raystream.data.decode.backends import open_reader; "
+            "facts = _probe_one(sys.argv[1], 'auto'); open_reader(sys.argv[1], 'auto').close(); "
+            "print(json.dumps([facts.get('decoded_by'), facts.get('error'), 'torchcodec' in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code, block_videos[0]], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["decord", None, False]

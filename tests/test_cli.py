@@ -1,5 +1,7 @@
 """The `raystream` command: `--cfg job` prints the composed config; a bad override exits 2 with the key named."""
 
+import pytest
+
 import subprocess
 import sys
 
@@ -81,18 +83,22 @@ def test_make_clean_removes_every_file_raystream_writes_in_the_working_directory
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
 
 
-def test_every_bad_input_of_a_run_is_reported_together_without_resume_advice(tmp_path):
+@pytest.mark.parametrize("command, what", [(["train"], "the run's inputs"),
+                                           (["sweep", "sweep=smoke"], "sweep `smoke`'s inputs"),
+                                           (["pretrain-start"], "the run's inputs")])
+def test_every_bad_input_of_a_run_is_reported_together_without_resume_advice(tmp_path, command, what):
     """A bad data.videos, a probe set that cannot be listed and a missing start checkpoint: one message names
-    all three, before Ray starts, with no "re-run with trainer.run_name=... to resume it" (nothing started)."""
+    all three, before Ray starts, with no "re-run with trainer.run_name=... to resume it" (nothing started); the
+    same for a sweep (each problem with the cells it concerns) and for `pretrain-start`."""
     ssv2 = tmp_path / "ssv2"  # labels and train split, no validation split under either name
     ssv2.mkdir()
     (ssv2 / "something-something-v2-labels.json").write_text('{"Holding something": "0"}')
     (ssv2 / "something-something-v2-train.json").write_text("[]")
-    out = _run_in(tmp_path, "train", f"data.videos=[{tmp_path / 'a.mp4'}]", f"eval.dataset={ssv2}",
-                  f"scenario.backbone.init={tmp_path / 'start.pt'}")
+    out = _run_in(tmp_path, *command, f"data.videos=[{tmp_path / 'a.mp4'}]", f"eval.dataset={ssv2}",
+                  f"scenario.backbone.init={tmp_path / 'start.pt'}", f"trainer.storage_path={tmp_path / 'results'}")
     assert out.returncode == 2, out.stderr[-2000:]
     err = out.stderr
-    assert "3 problems with the run's inputs" in err and "Traceback" not in err
+    assert f"3 problems with {what}" in err and "Traceback" not in err
     assert f"`data.videos`: 1 of 1 videos not found: {tmp_path / 'a.mp4'}" in err
     assert "looked for something-something-v2-validation.json and validation.json" in err
     assert "scenario.backbone.init" in err

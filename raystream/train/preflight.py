@@ -38,23 +38,34 @@ def check_inputs(cfg) -> None:
     """Every input of a run that can be checked before Ray starts, checked together: one ConfigError listing each
     problem (the tracking store, the videos, the evaluation data, the probe set, the start checkpoint), so that
     one bad input does not hide another. A new sqlite tracking store is created here (`prepare_store`)."""
+    raise_together(input_problems(cfg), "the run's inputs")
+
+
+def input_problems(cfg, store: bool = True) -> List[str]:
+    """What is wrong with a run's inputs (`check_inputs`' list; the tracking store only with `store`), each
+    problem one message; empty when all are fine."""
     from raystream.eval.loaders import check_probe_set  # lazy: the probes' loaders (PIL, decoders)
     from raystream.tracking.store import TrackingStoreError, prepare_store, tracking_uri  # lazy: MLflow
 
-    checks = [lambda: prepare_store(tracking_uri(cfg)), lambda: _check_videos(cfg, "data.videos"),
-              lambda: _check_videos(cfg, "data.heldout_videos"), lambda: check_evaluation_data(cfg),
+    checks = [lambda: _check_videos(cfg, "data.videos"), lambda: _check_videos(cfg, "data.heldout_videos"),
+              lambda: check_evaluation_data(cfg),
               lambda: cfg.eval.dataset is None or check_probe_set(str(cfg.eval.dataset)),
               lambda: check_backbone_init(cfg, say=False)]
     problems = []
-    for run_check in checks:
+    for run_check in ([lambda: prepare_store(tracking_uri(cfg))] if store else []) + checks:
         try:
             run_check()
         except (ConfigError, DataError, TrackingStoreError) as exc:
             problems.append(str(exc))
+    return problems
+
+
+def raise_together(problems: List[str], what: str) -> None:
+    """One ConfigError for all `problems` (`what` they are problems with), nothing when there are none."""
     if len(problems) == 1:
         raise ConfigError(problems[0])
     if problems:
-        raise ConfigError(f"{len(problems)} problems with the run's inputs (nothing ran):\n"
+        raise ConfigError(f"{len(problems)} problems with {what} (nothing ran):\n"
                           + "\n".join(f"  - {p}" for p in problems))
 
 

@@ -24,8 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from raystream.config import ConfigError
 from raystream.data import DataError
 from raystream.data.demo.probe_images import ensure_generated_probe, is_generated_probe
-from raystream.tracking.store import prepare_store, tracking_uri
-from raystream.train.preflight import check_evaluation_data
+from raystream.train.preflight import check_inputs
 from raystream.train.run import fit
 
 EXPERIMENT = "table1_start"
@@ -71,8 +70,7 @@ def ensure_start(cfg: DictConfig) -> Dict[str, Any]:
     where = start_dir(cfg)
     if (where / RECORD).is_file():  # made with another config: train afresh rather than resume it
         shutil.rmtree(where)
-    prepare_store(tracking_uri(cfg))  # as `raystream train`: the store and the probe set, before Ray starts
-    check_evaluation_data(cfg)
+    check_inputs(cfg)  # as `raystream train`: the store, videos, probe set and start, together, before Ray starts
     final = fit(cfg)
     record = {"path": str(where), "config_hash": config_hash(cfg), "steps": final.get("steps_done"),
               "mlflow_run_id": final.get("mlflow_run_id"),

@@ -19,8 +19,9 @@ FAILED child run with its grid and sampled values and the `raystream.error` tag 
 before its Train run made one), the Tune result, and the parent's `sweep/trials.json`; the sweep goes on
 (`FailureConfig(max_failures=0)`: retrying is Ray Train's job, `trainer.max_failures`).
 
-Before Ray starts: the plan (every cell's config checked), the tracking store (`prepare_store`), and each cell's
-stream (its videos fill a global batch; own videos have the evaluation data the scenario needs).
+Before Ray starts: the plan (every cell's config checked), then the tracking store (`prepare_store`) and every
+cell's inputs (its videos fill a global batch, its probe set lists, own videos have the evaluation data the
+scenario needs, its start checkpoint fits), all checked together and reported together.
 
 Resume: the run name defaults to `<sweep>-<hash of the planned trials>`; starting the same sweep again finds the
 Tune experiment under `<storage>/sweeps/<run name>` (a local directory or a bucket: `raystream.train.storage`)
@@ -63,10 +64,10 @@ from raystream.tracking.names import GRID_TAG_PREFIX, ROLE_TAG, SWEEP_RUN_TAG, S
 from raystream.tracking.mirror import catch_up
 from raystream.tracking.parent import META_FILE, ParentClose, ParentRecord, git_commit, open_parent
 from raystream.tracking.store import client as mlflow_client
-from raystream.tracking.store import prepare_store, retry, tracking_uri
+from raystream.tracking.store import TrackingStoreError, prepare_store, retry, tracking_uri
 from raystream.train import signals
 from raystream.train import storage as results
-from raystream.train.preflight import check_backbone_init, check_evaluation_data, total_steps
+from raystream.train.preflight import check_backbone_init, input_problems, raise_together, total_steps
 from raystream.train.ray_start import start_ray
 from raystream.train.run import fit as train_fit
 from raystream.tune import console
@@ -148,11 +149,12 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
     started = time.time()
     the_plan = plan(cfg, overrides)  # raises ConfigError before Ray starts
     uri = tracking_uri(cfg)  # absolute: trials run in other processes and directories
-    prepare_store(uri)  # reachable and writable, and a new sqlite store fully created, before Ray starts
+    problems = _store_problems(uri)  # and every cell's inputs: all reported together, before Ray starts
     init_lines: List[Optional[str]] = [None] * len(the_plan.cells)
     if fit is None:
         fit = train_fit
-        init_lines = check_cells(the_plan)
+        init_lines = check_cells(the_plan, problems)
+    raise_together(problems, f"sweep `{the_plan.name}`'s inputs")
     storage = results.resolve(cfg.trainer.storage_path)  # local directory or s3:// / gs:// URI, checked
     for cell in the_plan.cells:
         cell.config["mlflow"]["tracking_uri"] = uri
@@ -218,6 +220,15 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
 
 
 
+def _store_problems(uri: str) -> List[str]:
+    """The tracking store's problem (unreachable, not writable), or none; a new sqlite store is created here."""
+    try:
+        prepare_store(uri)
+    except TrackingStoreError as exc:
+        return [str(exc)]
+    return []
+
+
 @contextlib.contextmanager
 def _checkpoint_period(seconds: float) -> Iterator[None]:
     """Tune saves its experiment state every TUNE_GLOBAL_CHECKPOINT_S (at least 10 s when "auto"), read when
@@ -263,33 +274,46 @@ def _tuner(cfg: DictConfig, the_plan: SweepPlan, path: "results.Storage", storag
 
 
 
-def check_cells(the_plan: SweepPlan) -> List[Optional[str]]:
-    """Before Ray starts, what each trial's `fit` would find only after Ray started: the evaluation data of own
-    videos, and that the videos fill a global batch (each distinct data x stream x workers opened once; the demo
-    videos are generated here), and that each distinct model's start checkpoint fits it. Returns each cell's
-    start-checkpoint line (None for random weights), which its trials log without reading the file again. Raises
-    ConfigError naming the cell."""
+def check_cells(the_plan: SweepPlan, problems: Optional[List[str]] = None) -> List[Optional[str]]:
+    """Before Ray starts, what each trial's `fit` would find only after Ray started, for every cell together: its
+    videos, probe set and evaluation data (`input_problems`), that the videos fill a global batch (each distinct
+    data x stream x workers opened once; the demo videos are generated here), and that each distinct model's start
+    checkpoint fits it. Returns each cell's start-checkpoint line (None for random weights), which its trials log
+    without reading the file again. Each problem is named once with the cells it concerns and added to `problems`;
+    without that list, they are raised together (a ConfigError)."""
+    found: Dict[str, List[str]] = {}  # problem -> the cells it concerns
     seen = set()
     init_lines: Dict[str, Optional[str]] = {}
     for cell in the_plan.cells:
         c = cell.config
         key = json.dumps([c["data"], c["stream"], c["trainer"]["num_workers"], c["trainer"]["max_steps"],
                           c["scenario"]["name"], c["eval"]["dataset"]], sort_keys=True, default=str)
+        cell_problems: List[str] = []
         init_key = _model_key(c)
         if init_key not in init_lines:  # each distinct model once: a checkpoint that does not fit it fails here
             try:
                 init_lines[init_key] = check_backbone_init(structured(c))
             except ConfigError as exc:
-                raise ConfigError(f"sweep `{the_plan.name}`: cell {cell.label}: {exc}") from None
-        if key in seen:
-            continue
-        seen.add(key)
-        cfg = structured(c)
-        try:
-            check_evaluation_data(cfg)
-            total_steps(cfg)
-        except (ConfigError, DataError) as exc:
-            raise ConfigError(f"sweep `{the_plan.name}`: cell {cell.label}: {exc}") from None
+                init_lines[init_key] = None
+                cell_problems.append(str(exc))
+        if key not in seen:
+            seen.add(key)
+            cfg = structured(c)
+            inputs = input_problems(cfg, store=False)
+            cell_problems += [p for p in inputs if p not in cell_problems]
+            try:
+                if not any("`data.videos`" in p for p in inputs):  # missing videos are named once, above
+                    total_steps(cfg)
+            except (ConfigError, DataError) as exc:
+                cell_problems.append(str(exc))
+        for problem in cell_problems:
+            found.setdefault(problem, []).append(cell.label)
+    named = [f"sweep `{the_plan.name}`, cell{'s' if len(cells) > 1 else ''} {', '.join(cells)}: {problem}"
+             for problem, cells in found.items()]
+    if problems is None:
+        raise_together(named, f"sweep `{the_plan.name}`'s cells")
+    else:
+        problems += named
     return [init_lines[_model_key(c.config)] for c in the_plan.cells]
 
 

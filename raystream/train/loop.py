@@ -26,8 +26,8 @@
 Loss and in-stream metrics are averaged over the workers. A non-finite loss or gradient norm ends the run at that
 step (raystream/train/divergence.py), found at the next read-back: at most `trainer.log_every - 1` more steps run
 on, and are neither recorded nor checkpointed. The workers return instead of raising, so Ray Train spends no retry
-on it. A full disk (`raystream.diskspace.DiskFull`, from rank 0's checkpoint or record write) is returned likewise
-by a one-worker run (with more workers it is raised: the others wait in a collective, and Ray Train restarts them).
+on it. A full disk (`raystream.diskspace.DiskFull`, from rank 0's checkpoint or record write) is returned likewise,
+every rank stopping at the same read-back (`persist.stop_for_space`).
 After a machine fault Ray Train restarts the workers and the stream resumes at the exact next global batch.
 """
 
@@ -264,6 +264,7 @@ class Records:
         self.evaluator = Evaluator(w.cfg, w.scenario, Shard(w.rank, w.world), hooks=w.run.get("hooks"))
         self._t_prev = time.perf_counter()
         self.seconds: Dict[str, float] = {"evaluation": 0.0, "checkpoint": 0.0}  # summed over the run's phases
+        self.full: Optional[diskspace.DiskFull] = None  # the record's write that failed for space (rank 0)
         if self.active:
             where = f"resuming at step {start}" if start > 0 else "starting"
             self.progress.say(f"{where}: {w.total} steps of {batch_size} clips over {w.world} worker(s) on "
@@ -279,10 +280,19 @@ class Records:
     def step(self, t: int, metrics: Dict[str, float]) -> None:
         """Step t's metrics (read back): to MLflow and the progress line."""
         if self.active:
-            self.logger.log(metrics, t)
+            self._write(lambda: self.logger.log(metrics, t))
             self.progress.update(t, metrics)
             if (t + 1) % self.w.cfg.trainer.log_every == 0:
-                self.logger.flush()
+                self._write(lambda: self.logger.flush())
+
+    def _write(self, write: Callable[[], None]) -> None:
+        """A write to rank 0's record. The first that fails for space is kept (`full`) and the writes after it are
+        left out, so that rank 0 goes on to where every rank agrees to stop (`persist.stop_for_space`)."""
+        if self.active and self.full is None:
+            try:
+                write()
+            except diskspace.DiskFull as exc:
+                self.full = exc
 
     def evaluate(self, t: int, state: LoopState) -> None:
         """Evaluate after step t when `eval.every` or the end asks for it: every rank at once (each its part of the
@@ -293,8 +303,7 @@ class Records:
             state.last_eval = self.evaluator(self.w.net)
             if self.w.drift is not None:  # rank 0: how far the weights moved, beside each evaluation
                 state.last_eval.update({names.drift_name(k): v for k, v in self.w.drift.measure().items()})
-            if self.active:
-                self.logger.log(state.last_eval, t)
+            self._write(lambda: self.logger.log(state.last_eval, t))
             self._t_prev = time.perf_counter()
             self.seconds["evaluation"] += self._t_prev - began
 
@@ -304,12 +313,10 @@ class Records:
         self.log({f"{names.TIME_PREFIX}{k}_s": v for k, v in {**seconds, **self.seconds}.items()}, t)
 
     def log(self, metrics: Dict[str, float], t: int) -> None:
-        if self.active:
-            self.logger.log(metrics, t)
+        self._write(lambda: self.logger.log(metrics, t))
 
     def flush(self) -> None:
-        if self.active:
-            self.logger.flush()
+        self._write(lambda: self.logger.flush())
 
     def close(self) -> None:
         if self.active:
@@ -415,15 +422,15 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         if w.run.get("measure_correlation") and state.next_step == 0:  # a fresh run, not a resume
             measure_correlation(w, records)
         phases["correlation"] = time.perf_counter() - began - phases["start"]
-        diverged = train_steps(w, state, records, w.stream)
+        stopped = train_steps(w, state, records, w.stream)
+        if isinstance(stopped, diskspace.DiskFull):
+            raise stopped
         phases["steps"] = (time.perf_counter() - began - phases["start"] - phases["correlation"]
                            - sum(records.seconds.values()))
         records.log_phases(phases, max(state.next_step - 1, 0))
-        if diverged is not None:
-            return divergence.as_result(diverged) if w.rank == 0 else None
-    except diskspace.DiskFull as exc:  # one worker: fail once, no retry (more: the others wait in a collective)
-        if w.world > 1:
-            raise
+        if stopped is not None:
+            return divergence.as_result(stopped) if w.rank == 0 else None
+    except diskspace.DiskFull as exc:  # rank 0's disk: every rank stops at once (train_steps), no retry
         full = exc
     finally:
         persist.wait()  # a checkpoint write in flight ends complete before an error reaches Ray Train (and a restart)
@@ -435,14 +442,18 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
                 raise
         w.stream.close()
     if full is not None:
-        return diskspace.as_result(full)
+        return diskspace.as_result(full) if w.rank == 0 else None
     return state.final if w.rank == 0 else None
 
 
-def train_steps(w: Worker, state: LoopState, records: "Records", batches) -> Optional[divergence.DivergedError]:
+OTHER_RANK_STOPPED = diskspace.DiskFull("rank 0's storage", None, None, "rank 0 ran out of space")
+
+
+def train_steps(w: Worker, state: LoopState, records: "Records", batches) -> Optional[Exception]:
     """Train on `batches` up to the run's last step, reading the values back once per window (`read_back_due`),
-    then evaluating and reporting. Returns the DivergedError when the run diverged (its steps before are recorded
-    and flushed), else None."""
+    then evaluating and reporting. Returns what stopped the run early: the DivergedError when it diverged (its
+    steps before are recorded and flushed), or the DiskFull of rank 0's record or checkpoint (on every rank: all
+    stop at the same window); None when it ran to its end."""
     window = StepWindow(w.world, w.device)
     for batch in batches:
         t = int(batch.step)
@@ -457,8 +468,16 @@ def train_steps(w: Worker, state: LoopState, records: "Records", batches) -> Opt
         except divergence.DivergedError as exc:
             records.flush()
             return exc
-        records.evaluate(t, state)
-        report(w, state, records, t, float(w.optimizer.param_groups[0]["lr"]))
+        records.evaluate(t, state)  # on every rank, whatever rank 0's record did: its collectives need them all
+        if persist.stop_for_space(w.world, w.device, records.full):
+            return records.full or OTHER_RANK_STOPPED
+        full = None
+        try:
+            report(w, state, records, t, float(w.optimizer.param_groups[0]["lr"]))
+        except diskspace.DiskFull as exc:  # rank 0's checkpoint (reported without it: the others went on)
+            full = exc
+        if persist.stop_for_space(w.world, w.device, full or records.full):
+            return full or records.full or OTHER_RANK_STOPPED
         if state.next_step >= w.total:
             break
     return None

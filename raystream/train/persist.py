@@ -8,8 +8,10 @@ There is no temporary copy. One write is in flight at most: the next checkpoint 
 one copy of the state at most. A run on the CPU writing to a local disk is the exception: its state is in host
 memory already, and `torch.save` from the live tensors into the page cache costs less than a copy into freshly
 allocated memory (ViT-L, 6.1 GB: see docs/operations.md), so rank 0 writes in place and reports with
-`checkpoint_upload_mode=NO_UPLOAD`, without the extra copy. A failed write fails the run (Ray Train raises it in the training thread), and
-a write cut short leaves a directory without its meta.json, which a resume skips as torn.
+`checkpoint_upload_mode=NO_UPLOAD`, without the extra copy. A failed write fails the run (Ray Train raises it in the
+training thread), and a write cut short leaves a directory without its meta.json, which a resume skips as torn. A
+write in place that fails for space still reports (without its checkpoint), so that the other ranks waiting in the
+report go on to `stop_for_space`, where all stop together.
 
 Ray Train's record (its checkpoint manager, reloaded from `checkpoint_manager_snapshot.json` when a run is
 re-run) can already hold the name of a checkpoint about to be written: one the stopped run had registered, found
@@ -30,8 +32,11 @@ from typing import Any, Callable, Collection, Dict, Optional
 import pyarrow.fs as pafs
 import ray.train
 import ray.train.torch
+import torch
+import torch.distributed
 from ray.train import Checkpoint, CheckpointConsistencyMode, CheckpointUploadMode
 
+from raystream import diskspace
 from raystream.train import checkpoint
 
 _IDLE = threading.Event()  # no checkpoint write in flight in this process (one training attempt per worker process)
@@ -67,7 +72,11 @@ class Checkpointer:
         if name in self.registered or name == self.restored or _in_place(fs):
             if name != self.restored:  # the restored checkpoint is on storage in full already
                 wait()
-                checkpoint.write(fs, path, take(False))
+                try:
+                    checkpoint.write(fs, path, take(False))
+                except diskspace.DiskFull:  # the other ranks wait in this report: release them, then fail together
+                    ray.train.report(metrics, checkpoint=None, checkpoint_dir_name=name)
+                    raise
             # a name Ray Train holds is reported without a checkpoint: its entry points at this directory already
             ray.train.report(metrics, checkpoint=None if name in self.registered else Checkpoint(path, filesystem=fs),
                              checkpoint_dir_name=name, checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD)
@@ -86,6 +95,18 @@ class Checkpointer:
         ray.train.report(metrics, checkpoint=Checkpoint(path, filesystem=fs), checkpoint_dir_name=name,
                          checkpoint_upload_mode=CheckpointUploadMode.ASYNC,
                          delete_local_checkpoint_after_upload=False, checkpoint_upload_fn=upload)
+
+
+def stop_for_space(world: int, device: torch.device, full: Optional[diskspace.DiskFull]) -> bool:
+    """Whether rank 0's disk filled (`full`, known on rank 0 only), agreed by every rank at the same point of the
+    loop: all stop there together and the run fails once. A rank left waiting in a collective for a rank 0 that
+    raised would fail the worker group, which Ray Train restarts (`trainer.max_failures`) only to fill the disk
+    again."""
+    if world == 1:
+        return full is not None
+    flag = torch.tensor([0 if full is None else 1], device=device)
+    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def _in_place(fs) -> bool:

@@ -89,24 +89,29 @@ def test_a_record_on_a_full_disk_is_named_and_the_run_still_ends_in_mlflow(small
 
 
 @pytest.mark.slow
-def test_a_run_whose_disk_fills_fails_once_naming_it(small_disk, ray_cluster, tiny_overrides, workdir, monkeypatch):
-    """A one-worker run with trainer.storage_path on the full tmpfs: its first checkpoint does not fit. The run
-    exits 1 naming the file, its size and the free space, with no restart (one `open` in its record: one attempt),
-    and the MLflow run ends FAILED with the cause."""
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_whose_disk_fills_fails_once_naming_it(small_disk, ray_cluster, tiny_overrides, workdir, monkeypatch,
+                                                     workers):
+    """A run with trainer.storage_path on the full tmpfs: its first checkpoint does not fit. The run exits 1 naming
+    the file, its size and the free space, with no restart (one `open` in its record: one attempt; with two
+    workers the other rank stops with rank 0 instead of waiting for it in a collective), and the MLflow run ends
+    FAILED with the cause."""
     import json
 
     from raystream.cli import main as cli_main
 
     storage = small_disk / "results"
     _fill(small_disk, 600 * 1024)  # the record and Ray's own files fit; a checkpoint does not
-    overrides = [*tiny_overrides("trainer.num_workers=1", "trainer.run_name=full", "trainer.correlation_steps=0"),
+    overrides = [*tiny_overrides(f"trainer.num_workers={workers}", f"trainer.run_name=full{workers}",
+                                 "trainer.correlation_steps=0"),
                  f"trainer.storage_path={storage}"]
     monkeypatch.setenv("RAY_ADDRESS", ray_cluster)
     assert cli_main(["train", *overrides]) == 1
-    record = [json.loads(line) for line in (storage / "full" / events.FILE_NAME).read_text().splitlines()]
+    run_dir = storage / f"full{workers}"
+    record = [json.loads(line) for line in (run_dir / events.FILE_NAME).read_text().splitlines()]
     assert sum(e["kind"] == "open" for e in record) == 2  # rank 0's writer once (no restart), the driver's end
-    run_id = json.loads((storage / "full" / "raystream_run.json").read_text())["mlflow_run_id"]
+    run_id = json.loads((run_dir / "raystream_run.json").read_text())["mlflow_run_id"]
     got = make_client(workdir["mlflow"]).get_run(run_id)
     assert got.info.status == "FAILED" and "no space left to write" in got.data.tags["raystream.error"]
     assert "MiB needed" in got.data.tags["raystream.error"] and "MiB free" in got.data.tags["raystream.error"]
-    assert not list((storage / "full").glob("**/*.tmp"))
+    assert not list(run_dir.glob("**/*.tmp"))

@@ -176,7 +176,7 @@ def test_a_recompile_and_a_fallback_to_eager_are_said_once(tmp_path):
     a process of its own) the step runs eagerly, said once, and still moves the parameters as the stock step."""
     code = textwrap.dedent("""
         import torch
-        import raystream.optim.compiled as compiled
+        import raystream.optim.base as compiled
         from raystream.optim import OrthogonalAdamW
         compiled.RECOMPILE_LIMIT = 2
         runs = []

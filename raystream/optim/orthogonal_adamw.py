@@ -7,7 +7,7 @@ gradients with factor beta = `orth_beta`, AdamW's m, v, theta):
     k   = (g_t . c_{t-1}) / (c_{t-1} . c_{t-1})       `coefficients`   (k = 0 when c_{t-1} = 0: u_t = g_t)
     u_t = g_t - k c_{t-1}                             `orthogonalize`  (both in projection.py, shared)
     c_t = beta c_{t-1} + (1 - beta) g_t               `c.lerp_`        (`orth_init="zero"`: c_0 = 0)
-    theta <- theta - lr wd theta                      `adamw_single`:  `p.mul_(1 - lr * weight_decay)`
+    theta <- theta - lr wd theta                      `adamw_single([p], [u], ...)`: `p.mul_(1 - lr * weight_decay)`
     m_t = b1 m + (1 - b1) u_t                                          `m.lerp_(g, 1 - beta1)`
     v_t = b2 v + (1 - b2) u_t^2                                        `v.mul_(beta2).addcmul_(g, g, ...)`
     theta <- theta - lr m_t / (1 - b1^t) / (sqrt(v_t / (1 - b2^t)) + eps)   `p.addcdiv_(m, denom, ...)`
@@ -208,11 +208,10 @@ def compiled_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: L
     return out
 
 
-# ---- the compiled step: projection, EMA and AdamW written element by element, fused by torch.compile ----------
-# (inductor: C++ on CPU, Triton on GPU) into one reduction pass (g . c and c . c of every tensor) and one pass that
-# reads p, g, c, m, v and writes p, c, m, v: 11 arrays, the bound of the global projection, against about 19 for the
-# multi-tensor step and 7 for torch's fused AdamW. lr and weight decay are 0-dim tensors, so their schedules do not
-# recompile; new parameter shapes or a changed beta do (about a minute for a ViT on two CPU cores; base.run_compiled).
+# ---- the compiled step: projection, EMA and AdamW written element by element, fused by torch.compile (inductor)
+# into one reduction pass (g . c and c . c of every tensor) and one pass reading p, g, c, m, v and writing p, c, m, v:
+# 11 arrays, the bound of the global projection (the multi-tensor step: about 19; torch's fused AdamW: 7). lr and wd
+# are 0-dim tensors: schedules do not recompile; new shapes or a changed beta do (about a minute for a ViT on 2 CPUs).
 
 
 class Group(NamedTuple):
@@ -296,6 +295,7 @@ class AdamWGroup(NamedTuple):
         """The keyword arguments of `adamw_single` / `adamw_foreach` / `adamw_fused`."""
         return dict(lr=self.lr, beta1=self.beta1, beta2=self.beta2, eps=self.eps, weight_decay=self.weight_decay,
                     maximize=self.maximize)
+
 
 def check_adamw_hparams(lr: float, betas: Tuple[float, float], eps: float, weight_decay: float) -> None:
     check_hparam("lr", lr, lr >= 0, ">= 0")

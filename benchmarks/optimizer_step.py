@@ -39,7 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from raystream.optim import Orthogonal, OrthogonalAdamW, build_optimizer  # noqa: E402
-from raystream.optim.config import OptimizerConfig  # noqa: E402
+from raystream.optim.factory import OptimizerConfig  # noqa: E402
 
 MiB = 2 ** 20
 

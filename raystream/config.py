@@ -32,8 +32,8 @@ from raystream.eval.config import EvalConfig
 from raystream.models import config as models_config
 from raystream.models.config import ScenarioConfig
 from raystream.models.vit import preset_shape
-from raystream.optim import config as optim_config
-from raystream.optim.config import OptimizerConfig
+from raystream.optim import factory as optim_config
+from raystream.optim.factory import OptimizerConfig
 from raystream.tracking import config as tracking_config
 from raystream.tracking.config import TrackingConfig
 from raystream.train import config as train_config

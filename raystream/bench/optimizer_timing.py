@@ -21,7 +21,7 @@ from torch.optim import Optimizer
 
 from raystream.bench.trainee import Budget, sync
 from raystream.optim import build_optimizer
-from raystream.optim.config import COMPILED_PROJECTIONS
+from raystream.optim.factory import COMPILED_PROJECTIONS
 
 
 def compile_applies(opt_cfg) -> bool:

@@ -1,25 +1,27 @@
-"""The orthogonal projection and the EMA as pure functions of tensor lists (optax-style), in two forms that tests
-keep in agreement.
+"""The orthogonal projection u = g - k c and the EMA c, as pure functions of tensor lists (optax-style), shared by
+OrthogonalAdamW, OrthogonalSGD and Orthogonal(base); with the flat buffers and the on-device reductions they need.
 
-On lists of tensors (the reference; also the path for `dim0` and for half-precision parameters):
-    `coefficients` (the dot products) -> `orthogonalize` (u = g - k c) = `project`.
-On a flat scratch buffer W of shape (2, N) into which g (row 0) and c (row 1) of many tensors are copied end to end
-(flat.py): `flat_dots` (every dot product in one or two reductions) -> `flat_orthogonalize_` (u = g - k c, written
-into row 0), so that a step costs the same few ops whatever the number of tensors.
-`project_step` picks between them for an optimizer's step; `advance_emas_` (and `update_ema`) advance c.
-Every result stays a tensor on the gradients' device: nothing here reads a value back to the host.
+u = g - k c is written once per implementation of the step:
+    `orthogonalize`        tensor by tensor (the single-tensor reference; also `dim0` and half-precision parameters),
+                           after `coefficients` (the dot products, k);
+    `flat_orthogonalize_`  on a flat scratch buffer W of shape (2, N) into which g (row 0) and c (row 1) of many
+                           tensors are copied end to end (`Flat`, `Workspace`), after `flat_dots` (every dot product
+                           in one or two reductions): a step costs the same few ops whatever the number of tensors;
+    (the compiled step writes it element by element inside its fused pass: orthogonal_adamw.py).
+`project_step` picks between the first two for an optimizer's step; `advance_emas_` (and `update_ema`) advance c.
+Every result stays a tensor on the gradients' device (`dot`, `total`, `sq_norm`, `cosine`, `ratio`): nothing here
+reads a value back to the host.
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from raystream.optim.config import PROJECTIONS
-from raystream.optim.flat import Flat, Workspace
-from raystream.optim.reductions import dot, sq_norm, total
+PROJECTIONS = ("global", "per_tensor", "dim0")  # the scope of the dot products (orthogonal_adamw.py's docstring)
+ORTH_INITS = ("zero", "first_grad")  # c_1 = (1 - beta) g_1 (the paper) or g_1 (the published code)
 
 # (sum g . c, sum c . c, sum u . u) of a step, for the diagnostics: None where not computed
 Sums = Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]
@@ -34,6 +36,89 @@ def safe_ratio(gc: Tensor, cc: Tensor) -> Tensor:
     """(g . c) / (c . c), elementwise, and 0 where c = 0 so that u = g exactly."""
     nonzero = cc > 0
     return torch.where(nonzero, gc / torch.where(nonzero, cc, torch.ones_like(cc)), torch.zeros_like(cc))
+
+
+def dot(a: Tensor, b: Tensor) -> Tensor:
+    """a . b over all elements, accumulated in b's dtype (the EMA's: fp32 for a bf16 gradient)."""
+    return torch.dot(a.reshape(-1).to(b.dtype), b.reshape(-1))
+
+
+def total(scalars: Sequence[Tensor]) -> Tensor:
+    """Sum of 0-dim tensors that may live on several devices / dtypes, on the first one's device."""
+    first = scalars[0]
+    if len(scalars) == 1:
+        return first
+    dtype = first.dtype
+    for s in scalars[1:]:
+        dtype = torch.promote_types(dtype, s.dtype)
+    return torch.stack([s.to(first.device, dtype) for s in scalars]).sum()
+
+
+def sq_norm(tensors: Sequence[Tensor]) -> Tensor:
+    """sum of ||t||^2 over tensors (fp32 at least)."""
+    norms = torch._foreach_norm([t if t.dtype in (torch.float32, torch.float64) else t.float() for t in tensors])
+    return total([n * n for n in norms])
+
+
+def cosine(ab: Optional[Tensor], aa: Optional[Tensor], bb: Optional[Tensor]) -> Tensor:
+    """ab / sqrt(aa bb); NaN where undefined (a missing or zero vector)."""
+    if ab is None or aa is None or bb is None:
+        return torch.tensor(float("nan"))
+    denom = (aa.to(ab.device) * bb.to(ab.device)).sqrt()
+    return torch.where(denom > 0, ab / denom, torch.full_like(denom, float("nan")))
+
+
+def ratio(uu: Tensor, gg: Tensor) -> Tensor:
+    """sqrt(uu / gg) = ||u|| / ||g||; NaN when g = 0."""
+    return torch.where(gg > 0, (uu / gg).sqrt(), torch.full_like(gg, float("nan")))
+
+
+class Flat:
+    """`data`, of shape (rows, N) with N the tensors' total size (each row contiguous), and for each row a view shaped
+    like each tensor (`views[r][i]`): `torch._foreach_copy_(flat.views[r], grads)` fills a row in one op, and a sum
+    over every tensor is one reduction of a row."""
+
+    def __init__(self, tensors: Sequence[Tensor], rows: int, dtype: torch.dtype):
+        sizes = [t.numel() for t in tensors]
+        device = tensors[0].device
+        n = sum(sizes)
+        # rows start 256-byte aligned: a dot product of the same data gives the same bits in either row (SIMD
+        # reductions round by alignment), so a restored previous gradient reproduces an uninterrupted run
+        self.data = torch.zeros(rows, -(-n // 64) * 64, dtype=dtype, device=device)[:, :n]
+        self.views: List[List[Tensor]] = [list(row.split(sizes)) for row in self.data]
+        for row in self.views:
+            for i, t in enumerate(tensors):
+                row[i] = row[i].view(t.shape)
+        self.lengths = torch.tensor(sizes, dtype=torch.long, device=device)
+
+
+def buckets(tensors: Sequence[Tensor], dtype_of: Callable[[Tensor], torch.dtype]) -> Dict[Tuple, List[int]]:
+    """Indices of `tensors` by (device, dtype_of(tensor)), in order: the tensors one flat buffer can hold."""
+    out: Dict[Tuple, List[int]] = {}
+    for i, t in enumerate(tensors):
+        out.setdefault((t.device, dtype_of(t)), []).append(i)
+    return out
+
+
+class Workspace:
+    """Scratch flat buffers for one step, kept for the next step while the tensors' layout (shapes, dtypes, devices)
+    is the same, so a steady run allocates nothing. A step copies into them and reads out of them; nothing else points
+    into them (an optimizer's state never does), so a changed layout only means new buffers."""
+
+    def __init__(self, rows: int):
+        self.rows = rows
+        self._layout: Optional[tuple] = None
+        self._buffers: List[Tuple[List[int], Flat]] = []
+
+    def buffers(self, tensors: Sequence[Tensor], dtype_of: Callable[[Tensor], torch.dtype]) -> List[Tuple[List[int],
+                                                                                                       Flat]]:
+        """(indices into `tensors`, Flat of `rows` rows) per (device, dtype_of) bucket of `tensors`."""
+        layout = tuple((t.shape, t.dtype, t.device) for t in tensors)
+        if layout != self._layout:
+            self._layout = layout
+            self._buffers = [(idx, Flat([tensors[i] for i in idx], rows=self.rows, dtype=dtype))
+                             for (_, dtype), idx in buckets(tensors, dtype_of).items()]
+        return self._buffers
 
 
 def _dim0_coefficient(g: Tensor, c: Tensor, eps: float) -> Tuple[Tensor, Tensor, Tensor]:

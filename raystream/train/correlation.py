@@ -45,7 +45,7 @@ from omegaconf import OmegaConf
 
 from raystream.data import ClipStream, DataError, build_stream, shard_places
 from raystream.models import build_scenario
-from raystream.optim.reductions import cosine
+from raystream.optim.projection import cosine
 from raystream.tracking.names import (CORRELATION_SEQUENTIAL as SEQUENTIAL, CORRELATION_SEQUENTIAL_RAW as
                                       SEQUENTIAL_RAW, CORRELATION_SHUFFLED as SHUFFLED, CORRELATION_SHUFFLED_RAW as
                                       SHUFFLED_RAW)

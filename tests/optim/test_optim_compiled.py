@@ -1,4 +1,4 @@
-"""OrthogonalAdamW(compile=True) (raystream/optim/compiled.py): the same steps as Algorithm 2's reference and as the
+"""OrthogonalAdamW(compile=True) (raystream/optim/orthogonal_adamw.py): the same steps as Algorithm 2's reference and as the
 stock-op path, no recompilation when the schedules move lr and weight decay, no host sync, checkpoints that either
 path resumes, clear errors where it cannot run, and a recompile or a fallback to eager said once. The tests of this
 module compile many graphs of the step in one process: the product's own recompile limit (RECOMPILE_LIMIT) has to
@@ -176,7 +176,7 @@ def test_a_recompile_and_a_fallback_to_eager_are_said_once(tmp_path):
     a process of its own) the step runs eagerly, said once, and still moves the parameters as the stock step."""
     code = textwrap.dedent("""
         import torch
-        import raystream.optim.compiled as compiled
+        import raystream.optim.base as compiled
         from raystream.optim import OrthogonalAdamW
         compiled.RECOMPILE_LIMIT = 2
         runs = []

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from raystream.optim import Orthogonal, OrthogonalAdamW, OrthogonalSGD, SlowerAdamW, build_optimizer, param_groups
-from raystream.optim.config import NAMES, OptimizerConfig
+from raystream.optim.factory import NAMES, OptimizerConfig
 from raystream.optim.factory import compile_choice
 
 PRESETS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "sweeps" / "optimizer").glob("*.yaml"))

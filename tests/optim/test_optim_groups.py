@@ -7,7 +7,7 @@ from torch import nn
 
 from optim_reference import correlated_gradients
 from raystream.optim import build_optimizer, param_groups
-from raystream.optim.config import OptimizerConfig
+from raystream.optim.factory import OptimizerConfig
 from raystream.optim.factory import NAMES
 
 

@@ -79,7 +79,7 @@ def test_grad_cos_prev_is_defined_at_the_first_step_after_a_restore(tmp_path, na
     GradCosineTracker for plain torch optimizers, beside `state_dict()`: the restored run's first cosine equals the
     uninterrupted run's."""
     from raystream.optim import GradCosineTracker, build_optimizer
-    from raystream.optim.config import OptimizerConfig
+    from raystream.optim.factory import OptimizerConfig
 
     cfg = OptimizerConfig(name=name, lr=0.01)
     grads = [torch.randn(5, 3, generator=torch.Generator().manual_seed(i)) for i in range(3)]

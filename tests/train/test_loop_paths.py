@@ -43,7 +43,7 @@ def test_bf16_autocast_is_on_gpu_by_default_and_anywhere_when_asked(tiny):
 def test_worker_config_is_typed_with_the_run_schema(tiny):
     from omegaconf import OmegaConf
 
-    from raystream.optim.config import OptimizerConfig
+    from raystream.optim.factory import OptimizerConfig
 
     cfg = typed_config(OmegaConf.to_container(tiny("optimizer.lr=0.25"), resolve=True))
     assert OmegaConf.get_type(cfg.optimizer) is OptimizerConfig and cfg.optimizer.lr == 0.25

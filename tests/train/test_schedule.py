@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from raystream.optim import build_optimizer, param_groups
-from raystream.optim.config import OptimizerConfig
+from raystream.optim.factory import OptimizerConfig
 from raystream.train.schedule import (CosineWeightDecay, Schedules, WarmupCosine, build_weight_decay_schedule,
                                       set_weight_decay)
 

@@ -1,10 +1,11 @@
 """Slower-AdamW, the paper's supplementary baseline: AdamW on the raw gradient g_t, with the step slowed by
 lambda_t = 1 - cos(g_t, g_{t-1}) in [0, 2] (cosine over the whole parameter vector; lambda_1 = 1).
 
-lambda scales the learning rate of the whole step, weight decay included (lr_t = lambda_t * lr). It stays a tensor
-on the parameters' device, fed to torch's fused AdamW kernel as a tensor learning rate, so the default path does not
-sync with the host; the `fused=False` / `foreach=False` paths read it back once per step. Extra state over AdamW:
-the previous gradient (diagnostics.GradCosine), saved in the state_dict as `state[p]["prev_grad"]`.
+lambda scales the learning rate of the whole step, weight decay included (lr_t = lambda_t * lr), in orthogonal_adamw's
+AdamW kernels. It stays a tensor on the parameters' device, fed to torch's fused AdamW kernel as a tensor learning
+rate, so the default path does not sync with the host; the `fused=False` / `foreach=False` paths read it back once
+per step. Extra state over AdamW: the previous gradient (base.GradCosine), saved in the state_dict as
+`state[p]["prev_grad"]`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import torch
 from torch import Tensor
 from torch.optim import Optimizer
 
-from raystream.optim.adamw_math import adamw_foreach, adamw_fused, adamw_single, fused_supported, init_adamw_state
-from raystream.optim.base import check_hparam, evaluate_closure, gradients_by_group
-from raystream.optim.diagnostics import DIAGNOSTIC_KEYS, GradCosine, nan_like
+from raystream.optim.base import DIAGNOSTIC_KEYS, GradCosine, evaluate_closure, gradients_by_group, nan_like
+from raystream.optim.orthogonal_adamw import (adamw_foreach, adamw_fused, adamw_single, check_adamw_hparams,
+                                              init_adamw_state, resolve_fused)
 
 PREV_KEY = "prev_grad"
 
@@ -28,11 +29,7 @@ class SlowerAdamW(Optimizer):
     def __init__(self, params, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.01, *, maximize: bool = False, foreach: Optional[bool] = None,
                  fused: Optional[bool] = None, diagnostics: bool = False):
-        check_hparam("lr", lr, lr >= 0, ">= 0")
-        check_hparam("eps", eps, eps >= 0, ">= 0")
-        check_hparam("weight_decay", weight_decay, weight_decay >= 0, ">= 0")
-        check_hparam("betas[0]", betas[0], 0 <= betas[0] < 1, "in [0, 1)")
-        check_hparam("betas[1]", betas[1], 0 <= betas[1] < 1, "in [0, 1)")
+        check_adamw_hparams(lr, betas, eps, weight_decay)
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, maximize=maximize,
                         foreach=foreach, fused=fused)
         super().__init__(params, defaults)
@@ -42,9 +39,7 @@ class SlowerAdamW(Optimizer):
 
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        if group["fused"] is None:
-            group["fused"] = group["foreach"] is not False and fused_supported(group["params"])
+        resolve_fused(self.param_groups[-1], strict=False)
 
     @torch.no_grad()
     def step(self, closure=None):

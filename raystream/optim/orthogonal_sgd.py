@@ -1,6 +1,6 @@
 """Algorithm 1, Orthogonal-SGD: torch.optim.SGD's update (momentum, nesterov, L2 weight decay) on the projected
-gradient u_t (see orthogonal.py for the equations); weight decay is added to u_t, as SGD adds it to g_t. Shaped
-like orthogonal.py: `orthogonal_sgd` over plain lists, its single-tensor and multi-tensor paths differing in the
+gradient u_t (see orthogonal_adamw.py for the equations); weight decay is added to u_t, as SGD adds it to g_t. Shaped
+like orthogonal_adamw.py: `orthogonal_sgd` over plain lists, its single-tensor and multi-tensor paths differing in the
 SGD kernel and in how the projection is computed (projection.project_step).
 """
 
@@ -13,8 +13,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from raystream.optim.base import OrthogonalMixin, check_hparam, evaluate_closure, gradients_by_group, runs
-from raystream.optim.flat import Workspace
-from raystream.optim.projection import Sums, advance_emas_, project_step
+from raystream.optim.projection import Sums, Workspace, advance_emas_, project_step
 
 
 def sgd_single(params: List[Tensor], grads: List[Tensor], bufs: List[Optional[Tensor]], *, lr: float,
@@ -77,7 +76,7 @@ def orthogonal_sgd(params: List[Tensor], grads: List[Tensor], emas: List[Tensor]
                    projection: str = "global", orth_init: str = "zero", orth_eps: float = 1e-8, foreach: bool = True,
                    with_update_norm: bool = False, workspace: Optional[Workspace] = None) -> Sums:
     """One Orthogonal-SGD step of every listed parameter, in place; `momentum_buffers` is filled with new buffers
-    where momentum starts. Lists and returns as `orthogonal.orthogonal_adamw`:
+    where momentum starts. Lists and returns as `orthogonal_adamw.orthogonal_adamw`:
 
         u_t = g_t - k c_{t-1} ;  c_t = beta c_{t-1} + (1 - beta) g_t ;  theta <- theta - lr u_t  (torch SGD's update)
     """

@@ -25,6 +25,8 @@ Sweeps (raystream/tracking/parent.py and raystream/tune/ write them, raystream/t
 
 from __future__ import annotations
 
+from typing import Dict, Mapping
+
 LOSS = "loss"
 LR = "lr"
 WD = "wd"
@@ -40,6 +42,10 @@ LAST_STEP_LOSS = "last_step_loss"
 
 IN_STREAM_PREFIX = "in_stream/"
 EVAL_PREFIX = "eval/"
+# Names a metric had in runs logged before it was renamed: the report reads them under the current name, so a
+# sweep of older runs and newer ones shares one column. (The default protocol's attentive probe was `eval/attn_top1`
+# until 2026-11-27, the V-JEPA protocol's `eval/attentive_top1`: one quantity, one name.)
+RENAMED_METRICS = {"eval/attn_top1": "eval/attentive_top1"}
 DRIFT_PREFIX = "drift/"
 DRIFT_PARAMS = DRIFT_PREFIX + "params"
 TIME_PREFIX = "time/"  # time/<phase>_s: a worker's seconds in start, correlation, steps, checkpoint, evaluation
@@ -146,6 +152,18 @@ ARTIFACT_PLOTS_DIR = "plots"
 ARTIFACT_CHECKPOINT_DIR = "checkpoint"
 ARTIFACT_SKIPPED_VIDEOS = "skipped_videos.json"  # data.on_bad_video=skip: [{"video", "reason"}] of the videos left out
 TAG_SKIPPED_VIDEOS = "raystream.skipped_videos"  # how many (the artifact lists which and why)
+
+
+def current_name(metric: str) -> str:
+    """A metric's name now: `eval/attn_top1` (logged before 2026-11-27) -> `eval/attentive_top1`; others as they are."""
+    return RENAMED_METRICS.get(metric, metric)
+
+
+def current_names(metrics: Mapping[str, float]) -> Dict[str, float]:
+    """A run's metrics under their current names (`current_name`); a value logged under the new name wins."""
+    out = {current_name(k): v for k, v in metrics.items() if k in RENAMED_METRICS}
+    out.update((k, v) for k, v in metrics.items() if k not in RENAMED_METRICS)
+    return out
 
 
 def report_column(metric: str) -> str:

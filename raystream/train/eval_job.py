@@ -51,7 +51,7 @@ from raystream.train.loop import typed_config
 from raystream.train.preflight import check_local_cpus, check_resources
 from raystream.train.ray_start import start_ray
 from raystream.train.run import collective_config
-from raystream.uris import filesystem_at
+from raystream.uris import filesystem_at, read_bytes
 
 TAG_EVAL = "raystream.eval."  # + protocol: the checkpoint a `raystream eval` evaluated, on the training run
 
@@ -91,8 +91,7 @@ def check_model_fits(cfg, target: EvalTarget) -> None:
 def read_model_state(checkpoint: str) -> Dict[str, Any]:
     """model.pt of a checkpoint directory (local path or URI), on the CPU."""
     fs, path = filesystem_at(checkpoint)
-    with fs.open_input_stream(f"{path}/{MODEL_FILE}") as f:
-        return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
+    return torch.load(io.BytesIO(read_bytes(fs, f"{path}/{MODEL_FILE}")), map_location="cpu", weights_only=True)
 
 
 def prepare(cfg: DictConfig, target: Union[str, EvalTarget]) -> EvalTarget:

@@ -20,14 +20,13 @@ import time
 from typing import Any, Dict, Optional
 
 import numpy as np
-import pyarrow.fs as pafs
 import torch
 
 from raystream.data import build_heldout_stream
 from raystream.eval.loaders import load_probe_source
 from raystream.eval.shard import Shard
 from raystream.tracking import names
-from raystream.uris import filesystem_at
+from raystream.uris import filesystem_at, read_file, write_bytes
 
 
 @contextlib.contextmanager
@@ -92,11 +91,9 @@ class StoredFeatures:
         return filesystem_at(self.uri)
 
     def load(self) -> Optional[Dict[str, Optional[torch.Tensor]]]:
-        fs, path = self._fs()
-        if fs.get_file_info(path).type != pafs.FileType.File:
+        data = read_file(*self._fs())
+        if data is None:
             return None
-        with fs.open_input_stream(path) as f:
-            data = f.read()
         try:
             found = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception as exc:  # torn or foreign: extract again (and overwrite it)
@@ -114,6 +111,5 @@ class StoredFeatures:
         torch.save({k: (v.cpu() if v is not None else None) for k, v in features.items()}, buffer)
         fs, path = self._fs()
         fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        with fs.open_output_stream(f"{path}.tmp") as f:
-            f.write(buffer.getvalue())
+        write_bytes(fs, f"{path}.tmp", buffer.getvalue())
         fs.move(f"{path}.tmp", path)

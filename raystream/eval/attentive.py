@@ -115,7 +115,7 @@ def attentive_probe_top1(train_tokens: torch.Tensor, train_labels: torch.Tensor,
 
     `num_heads`: the encoder's (None: `default_heads`). The probe lives on `device` (default: the tokens'
     device); cached tokens move there one mini-batch at a time. With a `shard` of several ranks the probe trains
-    data-parallel (each rank its part of every mini-batch, gradients summed; raystream/eval/shard.py).
+    data-parallel (each rank its part of every mini-batch, gradients summed).
     """
     if train_tokens.dim() != 3:
         raise ValueError(f"attentive probe expects tokens (N, L, D), got shape {tuple(train_tokens.shape)}")

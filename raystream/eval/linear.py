@@ -6,7 +6,7 @@ probe) or `"adamw"` (VideoMAE's in the paper) train on mini-batches with a cosin
 exactly `iterations` mini-batches (for feature sets too large for one batch). `dino_linear_top1` is DINO's linear
 probe (eval.protocol=dino): no standardisation, SGD with DINO's lr scaling, on fresh features per mini-batch.
 
-With a `shard` (raystream/eval/shard.py) of several ranks, the mini-batch probes train data-parallel: each rank takes
+With a `shard` of several ranks, the mini-batch probes train data-parallel: each rank takes
 its part of every mini-batch, the gradients are summed over the ranks, and each rank counts its part of the test
 set. Full-batch L-BFGS runs whole on every rank (the same result on each).
 """

@@ -14,10 +14,10 @@ augmented linear probe, which encodes fresh views of its mini-batches.
 - vjepa: V-JEPA's attentive probe (`eval/attentive_top1`) and a linear probe trained the same way
   (`eval/linear_top1`), both with eval.vjepa's AdamW settings on cached tokens / features; kNN as default.
 
-Every function here takes lists of samples, so a rank can extract its own shard: with a `shard` of several ranks
-(raystream/eval/shard.py), each rank encodes its part of the probe set, the features are gathered on every rank,
-and the probes train data-parallel. A `cache` (FeatureCache) holds the centre views' features between
-evaluations of the same weights: when it has them, nothing is encoded for them.
+Every function here takes lists of samples, so a rank can extract its own shard: with a `shard` of several ranks, each
+rank encodes its part of the probe set, the features are gathered on every rank, and the probes train data-parallel. A
+`cache` (FeatureCache) holds the centre views' features between evaluations of the same weights: when it has them,
+nothing is encoded for them.
 """
 
 from __future__ import annotations

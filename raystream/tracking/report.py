@@ -5,14 +5,14 @@ Rows are the sweep's grid axes that vary (e.g. optimizer x order x batch size); 
 seed contributes its best trial by the sweep's metric (the tuned setting, as in the paper's tables) and the
 sampled value is shown. Columns are the final `eval/*` metrics, the stream correlation measured at run start
 (`correlation/*`), the mean over steps of `grad_cos_prev` (`grad_cos_prev_mean`) and `last_step_loss`, the `loss`
-of the last step (the Tune table's `loss` is the mean over the last report window: raystream/tracking/names.py).
+of the last step (the Tune table's `loss` is the mean over the last report window).
 
 Writes `report.md`, `report.csv` and plots (each metric against each numeric grid axis such as
 `optimizer.orth_beta` or `stream.batch_size`; histograms of the per-step gradient cosine `grad_cos_prev` per
 optimizer, the paper's Figure 3; its curve over steps per row, Figure 1) to `--out` (default
 `reports/<sweep run>`), and logs them as artifacts of the sweep's parent run. The `drift/*` columns say how far
 each row's weights moved; a sweep over `optimizer.lr` also gets each metric at matched drift
-(raystream/tracking/matched.py: `matched.md`, `matched.csv`, `<metric>_vs_drift.png`).
+(`matched.md`, `matched.csv`, `<metric>_vs_drift.png`).
 """
 
 from __future__ import annotations

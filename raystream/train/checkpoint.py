@@ -8,7 +8,7 @@
 
 Everything is tensors and plain containers, so it loads with `torch.load(weights_only=True)`. `snapshot` takes the
 content (copied to host memory, so training can go on) and `write` puts it straight into a directory on any pyarrow
-filesystem (local, s3://), meta.json last; raystream/train/persist.py hands that to Ray Train's upload thread. A
+filesystem (local, s3://), meta.json last (the trainer runs it on Ray Train's upload thread). A
 write that fails for space raises `raystream.diskspace.DiskFull` naming the file, its size and the disk's free
 space, the part written removed.
 

@@ -1,10 +1,10 @@
 """The evaluations of a model on every rank of a Ray Train job: a training run's own (`eval.every`, the end) and
-`raystream eval`'s (raystream/train/eval_job.py) run the same code.
+`raystream eval`'s run the same code.
 
-Every rank calls `Evaluator(model)` at the same point: each extracts the features of its part of the probe set
-on its device, the features are gathered, and the probes train data-parallel (raystream/eval/shard.py), so no rank
-sits in a collective (DDP's all-reduce, the next report) while another probes, and a long probe trips no
-collective time-out. Held-out pixel error (future prediction) is computed whole on every rank (a few batches).
+Every rank calls `Evaluator(model)` at the same point: each extracts the features of its part of the probe set on its
+device, the features are gathered, and the probes train data-parallel, so no rank sits in a collective (DDP's
+all-reduce, the next report) while another probes, and a long probe trips no collective time-out. Held-out pixel error
+(future prediction) is computed whole on every rank (a few batches).
 
 `StoredFeatures` keeps the centre views' features of a checkpoint in a file (local or in a bucket), so a second
 evaluation of the same weights under the same protocol encodes nothing.
@@ -80,7 +80,7 @@ class Evaluator:
 
 
 class StoredFeatures:
-    """A FeatureCache (raystream/eval/probes.py) in one file at `uri` (a local path or an object-store URI), written
+    """A FeatureCache in one file at `uri` (a local path or an object-store URI), written
     by rank 0 (to a temporary name, then moved into place). `extracted`: the samples this process's evaluation
     encoded for the file (0 when it reused it)."""
 

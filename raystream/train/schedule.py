@@ -29,7 +29,7 @@ def build_weight_decay_schedule(optimizer_cfg, total_steps: int) -> Optional[Cos
 
 
 def set_weight_decay(optimizer: torch.optim.Optimizer, value: float) -> None:
-    """Set `value` on the decayed param groups (`decay` True or absent: see raystream/optim/groups.py); groups
+    """Set `value` on the decayed param groups (`decay` True or absent, as the optimizer's param groups mark them); groups
     with `decay` False keep their weight decay of 0."""
     for group in optimizer.param_groups:
         if group.get("decay", True):

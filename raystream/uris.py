@@ -1,6 +1,7 @@
 """URIs of object stores (s3://bucket/key, gs://bucket/key) opened as pyarrow filesystems: the one place that
-turns a URI into (filesystem, path) for results (`trainer.storage_path`, raystream/train/storage.py) and videos
-(`data.videos` and the other video inputs, raystream/data/videos/remote.py).
+turns a URI into (filesystem, path) for results (`trainer.storage_path`) and videos (`data.videos` and the other
+video inputs), and that opens files in them (`read_bytes`, `read_file`, `write_bytes`, `open_output`, `download`),
+local or remote alike.
 
 Every process resolves a URI itself, with its own credentials (instance profile, service account) and endpoint
 (`AWS_ENDPOINT_URL`, e.g. an S3-compatible server), as pyarrow reads them. Errors are `UriError` with a one-line
@@ -44,6 +45,47 @@ def filesystem_at(where: str) -> Tuple[Any, str]:
     if is_uri(where):
         return filesystem_of(where)
     return pafs.LocalFileSystem(), os.path.abspath(where)
+
+
+def is_file(fs, path: str) -> bool:
+    """Whether `path` is a file (an object) of pyarrow filesystem `fs`."""
+    import pyarrow.fs as pafs  # lazy: pyarrow is heavy, and only object stores (and train/) need it
+
+    return fs.get_file_info(path).type == pafs.FileType.File
+
+
+def read_bytes(fs, path: str) -> bytes:
+    """The whole file `path` of pyarrow filesystem `fs` (the filesystem's OSError when it is missing)."""
+    with fs.open_input_stream(path) as f:
+        return f.read()
+
+
+def read_file(fs, path: str) -> Optional[bytes]:
+    """The whole file `path` of `fs`, or None when there is no file there."""
+    return read_bytes(fs, path) if is_file(fs, path) else None
+
+
+def open_output(fs, path: str):
+    """A stream writing file `path` of `fs` anew (a context manager; the object is stored when it closes)."""
+    return fs.open_output_stream(path)
+
+
+def write_bytes(fs, path: str, data: bytes) -> None:
+    """Write `data` as the whole file `path` of `fs` (replacing it)."""
+    with open_output(fs, path) as f:
+        f.write(data)
+
+
+def download(fs, path: str, local: str, chunk_bytes: int = 8 << 20) -> Tuple[int, Any]:
+    """Copy file `path` of `fs` to the local file `local` in chunks of `chunk_bytes`, in one read of the object:
+    (bytes written, the object's metadata as the store gave it with that read, e.g. its ETag)."""
+    got = 0
+    with fs.open_input_stream(path) as src, open(local, "wb") as dst:
+        meta = src.metadata() or {}
+        while chunk := src.read(chunk_bytes):
+            dst.write(chunk)
+            got += len(chunk)
+    return got, meta
 
 
 def uri_of(scheme: str, fs_path: str) -> str:

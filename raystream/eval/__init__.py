@@ -7,7 +7,7 @@
     probe_metrics(encode, probe_source, eval_cfg) -> {'eval/knn_top1', ...}: the probes of eval.protocol
         (default, dino: DINO's kNN at 4 k + linear probe, vjepa: V-JEPA's attentive + linear probe)
     load_probe_source(data_cfg, stream_cfg, eval_cfg) -> ProbeSource: eval.dataset as published (ImageFolder,
-        SSv2, `path label` lists; raystream/eval/probe_sets.py) or labelled videos (raystream/eval/labelled_videos.py)
+        SSv2, `path label` lists) or labelled video folders
     heldout_pixel_metrics(predict, batches, max_batches) -> {'eval/mse_out_of_stream', 'eval/psnr_out_of_stream'}
 """
 

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from raystream.eval.minibatch import minibatches, num_steps
-from raystream.eval.schedule import warmup_cosine
 from raystream.eval.shard import Shard
+from raystream.schedule import probe_lr_schedule
 
 
 def default_heads(dim: int) -> int:
@@ -115,7 +115,7 @@ def attentive_probe_top1(train_tokens: torch.Tensor, train_labels: torch.Tensor,
 
     `num_heads`: the encoder's (None: `default_heads`). The probe lives on `device` (default: the tokens'
     device); cached tokens move there one mini-batch at a time. With a `shard` of several ranks the probe trains
-    data-parallel (each rank its part of every mini-batch, gradients summed; raystream/eval/shard.py).
+    data-parallel (each rank its part of every mini-batch, gradients summed).
     """
     if train_tokens.dim() != 3:
         raise ValueError(f"attentive probe expects tokens (N, L, D), got shape {tuple(train_tokens.shape)}")
@@ -130,7 +130,7 @@ def attentive_probe_top1(train_tokens: torch.Tensor, train_labels: torch.Tensor,
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(probe.parameters(), lr=lr, weight_decay=weight_decay)
     n = train_tokens.shape[0]
-    sched = warmup_cosine(opt, warmup, num_steps(n, batch_size, epochs, iterations))
+    sched = probe_lr_schedule(opt, warmup, num_steps(n, batch_size, epochs, iterations))
     params = list(probe.parameters())
     with torch.enable_grad():
         probe.train()

@@ -6,7 +6,7 @@ probe) or `"adamw"` (VideoMAE's in the paper) train on mini-batches with a cosin
 exactly `iterations` mini-batches (for feature sets too large for one batch). `dino_linear_top1` is DINO's linear
 probe (eval.protocol=dino): no standardisation, SGD with DINO's lr scaling, on fresh features per mini-batch.
 
-With a `shard` (raystream/eval/shard.py) of several ranks, the mini-batch probes train data-parallel: each rank takes
+With a `shard` of several ranks, the mini-batch probes train data-parallel: each rank takes
 its part of every mini-batch, the gradients are summed over the ranks, and each rank counts its part of the test
 set. Full-batch L-BFGS runs whole on every rank (the same result on each).
 """
@@ -21,8 +21,8 @@ from torch import nn
 
 from raystream.eval.config import LINEAR_OPTIMIZERS
 from raystream.eval.minibatch import minibatches, num_steps
-from raystream.eval.schedule import warmup_cosine
 from raystream.eval.shard import Shard
+from raystream.schedule import probe_lr_schedule
 
 DEFAULT_LR = {"lbfgs": 1.0, "sgd": 0.1, "adamw": 1e-3}  # when `lr` is None
 
@@ -74,7 +74,7 @@ def linear_probe_top1(train_features: torch.Tensor, train_labels: torch.Tensor, 
             opt = (torch.optim.SGD(head.parameters(), lr=lr, momentum=0.9) if optimizer == "sgd"
                    else torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0))  # decay: as the objective's
             n = x.shape[0]
-            sched = warmup_cosine(opt, warmup, num_steps(n, batch_size, epochs, iterations))
+            sched = probe_lr_schedule(opt, warmup, num_steps(n, batch_size, epochs, iterations))
             params = list(head.parameters())
             for idx in minibatches(n, batch_size, epochs=epochs, iterations=iterations, generator=gen):
                 opt.zero_grad()
@@ -107,7 +107,7 @@ def dino_linear_top1(train_features_of: Callable[[torch.Tensor], torch.Tensor], 
         head.weight.copy_(torch.randn(head.weight.shape, generator=gen) * 0.01)
         head.bias.zero_()
     opt = torch.optim.SGD(head.parameters(), lr=lr * batch_size / 256.0, momentum=0.9, weight_decay=0.0)
-    sched = warmup_cosine(opt, warmup_epochs * steps_per_epoch, epochs * steps_per_epoch)
+    sched = probe_lr_schedule(opt, warmup_epochs * steps_per_epoch, epochs * steps_per_epoch)
     params = list(head.parameters())
     for idx in minibatches(n, batch_size, epochs=epochs, iterations=None, generator=gen):
         local = shard.part(idx)

@@ -4,11 +4,11 @@ A `ProbeSource` holds a probe set's train and test samples and `load(samples, vi
 (B, T, 3, r, r) float32 in [0, 1] (images are clips of one frame; the encoder applies ImageNet's mean and std). The
 functions over it take any list of samples, so each rank can load and encode its own shard of a probe set.
 
-- images (an ImageFolder): DINO's views (raystream/eval/views.py) at the model's resolution;
+- images (an ImageFolder): DINO's views at the model's resolution;
 - videos (SSv2, `path label` lists): one clip per video of `frames` frames at `fps`, the video's middle clip
   (a short video's last frame repeated), its short side resized to the model's resolution and centre-cropped,
   decoded by `data.decoder` (from the node cache for a bucket);
-- clips already in memory (the demo probe set, labelled video folders: raystream/eval/labelled_videos.py).
+- clips already in memory (the demo probe set, labelled video folders).
 """
 
 from __future__ import annotations
@@ -149,8 +149,8 @@ def check_probe_set(dataset: str) -> str:
 
 
 def load_probe_source(data_cfg, stream_cfg, eval_cfg) -> ProbeSource:
-    """The probe set of `eval.dataset` as a source: a published layout (raystream/eval/probe_sets.py), else the
-    demo probe set or labelled video folders of raystream/eval/labelled_videos.py, in memory. Clips of videos have
+    """The probe set of `eval.dataset` as a source: a published layout (`list_probe_set`), else the demo probe set
+    or labelled video folders, in memory. Clips of videos have
     eval.vjepa's frames and fps under eval.protocol=vjepa, the stream's otherwise."""
 
     listing = list_probe_set(str(eval_cfg.dataset)) if eval_cfg.dataset is not None else None

@@ -11,8 +11,8 @@
   integer labels, paths relative to the list's folder or absolute (or URIs).
 
 Each may be local or under a bucket prefix (`s3://bucket/prefix/`, `gs://...`); objects are listed once here and
-fetched into the node cache only when loaded (raystream/eval/loaders.py). Anything else is None: the caller falls
-back to the labelled video folders of raystream/eval/labelled_videos.py.
+fetched into the node cache only when loaded. Anything else is None: the caller falls back to labelled video
+folders.
 """
 
 from __future__ import annotations

@@ -8,16 +8,16 @@ Features of the centre views are extracted once, without gradients; the probes t
 augmented linear probe, which encodes fresh views of its mini-batches.
 
 - default: kNN (eval.knn_k) `eval/knn_top1`, linear (eval.linear_*) `eval/linear_top1`, attentive
-  (eval.attentive_*) `eval/attn_top1`.
+  (eval.attentive_*) `eval/attentive_top1`.
 - dino: DINO's weighted kNN at each of eval.dino.knn_ks (`eval/knn_top1_k<k>`; k is capped by the number of
   training samples) and DINO's linear probe (`eval/linear_top1`, eval.dino.*; eval.linear_features).
 - vjepa: V-JEPA's attentive probe (`eval/attentive_top1`) and a linear probe trained the same way
   (`eval/linear_top1`), both with eval.vjepa's AdamW settings on cached tokens / features; kNN as default.
 
-Every function here takes lists of samples, so a rank can extract its own shard: with a `shard` of several ranks
-(raystream/eval/shard.py), each rank encodes its part of the probe set, the features are gathered on every rank,
-and the probes train data-parallel. A `cache` (FeatureCache) holds the centre views' features between
-evaluations of the same weights: when it has them, nothing is encoded for them.
+Every function here takes lists of samples, so a rank can extract its own shard: with a `shard` of several ranks, each
+rank encodes its part of the probe set, the features are gathered on every rank, and the probes train data-parallel. A
+`cache` (FeatureCache) holds the centre views' features between evaluations of the same weights: when it has them,
+nothing is encoded for them.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def probe_metrics(encode: Encode, probe: Any, eval_cfg: EvalConfig, device: Opti
             batch_size=int(eval_cfg.linear_batch_size), iterations=eval_cfg.linear_iterations,
             weight_decay=float(eval_cfg.linear_weight_decay), seed=seed, shard=shard)
     if "attentive" in metrics:
-        out["eval/attn_top1"] = attentive_probe_top1(
+        out["eval/attentive_top1"] = attentive_probe_top1(
             t_train, y_train, t_test, y_test, classes, epochs=int(eval_cfg.attentive_epochs),
             iterations=eval_cfg.attentive_iterations, lr=float(eval_cfg.attentive_lr),
             batch_size=int(eval_cfg.attentive_batch_size or batch), num_heads=num_heads, seed=seed,

@@ -38,7 +38,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from raystream import diskspace
-from raystream.uris import filesystem_at, is_uri
+from raystream.uris import download, filesystem_at, is_file, is_uri, write_bytes
 
 FILE_NAME = "events.jsonl"
 MIRRORED_SUFFIX = ".mirrored"
@@ -248,8 +248,8 @@ class Record:
         fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         for local, remote in ((self.local, path), (self.local + MIRRORED_SUFFIX, path + MIRRORED_SUFFIX)):
             if os.path.isfile(local):
-                with open(local, "rb") as f, fs.open_output_stream(remote) as out:
-                    out.write(f.read())
+                with open(local, "rb") as f:
+                    write_bytes(fs, remote, f.read())
         self._synced = time.monotonic()
 
     def _pull(self) -> None:
@@ -268,9 +268,8 @@ class Record:
             return
         os.makedirs(os.path.dirname(self.local), exist_ok=True)
         for remote, local in ((path, self.local), (path + MIRRORED_SUFFIX, self.local + MIRRORED_SUFFIX)):
-            if fs.get_file_info(remote).type == pafs.FileType.File:
-                with fs.open_input_stream(remote) as f, open(local, "wb") as out:
-                    out.write(f.read())
+            if is_file(fs, remote):
+                download(fs, remote, local)
 
 
 _NAMED: set = set()  # (record, offset) of the broken lines named in this process

@@ -23,7 +23,7 @@ from raystream.tracking import names
 from raystream.tracking.plots import grad_cosine_plots, history
 from raystream.tracking.store import client as make_client
 from raystream.tracking.store import end_child_runs, failing_fast, retry
-from raystream.uris import filesystem_at, first_line
+from raystream.uris import download, filesystem_at, first_line, is_file
 
 MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limit
 CHUNK_EVENTS = 20 * MAX_METRICS_PER_BATCH  # events read from the record at a time
@@ -143,15 +143,13 @@ class Mirror:
 
     def _files(self, client, run: str, folder: str, sources: List[str]) -> None:
         """Copy each existing file of `sources` (paths or URIs) to this machine and log it under `folder`."""
-        import pyarrow.fs as pafs  # lazy: like MLflow above, loaded only when mirroring files
-
         with tempfile.TemporaryDirectory(prefix="raystream-artifact-") as d:
             for source in sources:
                 fs, path = filesystem_at(source)
-                if fs.get_file_info(path).type != pafs.FileType.File:
+                if not is_file(fs, path):
                     continue
                 local = os.path.join(d, path.rsplit("/", 1)[-1])
-                pafs.copy_files(path, local, source_filesystem=fs, destination_filesystem=pafs.LocalFileSystem())
+                download(fs, path, local)
                 self._retry(lambda f=local: client.log_artifact(run, f, folder), "log artifact")
 
     def _plots(self, client, run: str, title: str) -> None:

@@ -8,14 +8,14 @@ Per-step metrics (MLflow `step` = the global batch index t, 0-based, whatever th
 Evaluation metrics (step = the last step trained before the evaluation):
     eval/<m> from scenario.evaluate (eval/knn_top1, eval/linear_top1, eval/psnr_out_of_stream, ...),
     eval/<m>_in_stream (in_stream/<m> averaged over every step of the run), eval/loss_in_stream (same for loss).
-Drift (same steps as eval/*, and at the end; raystream/train/drift.py): drift/params (||θ_t - θ_0|| / ||θ_0|| over
+Drift (same steps as eval/*, and at the end): drift/params (||θ_t - θ_0|| / ||θ_0|| over
     the trained parameters, θ_0 the run's start), drift/<module> for a module the evaluations read besides them
     (DoRA: drift/teacher_backbone).
 Tags: raystream.run_name, raystream.run_dir (the Ray Train run directory: checkpoints), raystream.status,
     raystream.error (why a run failed), raystream.warning.
 Artifacts: config.yaml (resolved config), plots/grad_cosine.png, plots/grad_cosine_hist.png, checkpoint/model.pt,
     checkpoint/meta.json.
-Sweeps (raystream/tracking/parent.py and raystream/tune/ write them, raystream/tracking/report.py reads them):
+Sweeps (written by the sweep's driver and its trials, read by `raystream report`):
     parent run tags raystream.role=sweep, raystream.sweep, raystream.sweep_run, raystream.grid (JSON of the axes
     that ran), raystream.sample, raystream.command, raystream.trials_<finished|failed|unfinished>,
     raystream.active_seconds; artifact sweep/trials.json (every trial's grid values, status, error);
@@ -24,6 +24,8 @@ Sweeps (raystream/tracking/parent.py and raystream/tune/ write them, raystream/t
 """
 
 from __future__ import annotations
+
+from typing import Dict, Mapping
 
 LOSS = "loss"
 LR = "lr"
@@ -40,11 +42,15 @@ LAST_STEP_LOSS = "last_step_loss"
 
 IN_STREAM_PREFIX = "in_stream/"
 EVAL_PREFIX = "eval/"
+# Names a metric had in runs logged before it was renamed: the report reads them under the current name, so a
+# sweep of older runs and newer ones shares one column. (The default protocol's attentive probe was `eval/attn_top1`
+# until 2026-11-27, the V-JEPA protocol's `eval/attentive_top1`: one quantity, one name.)
+RENAMED_METRICS = {"eval/attn_top1": "eval/attentive_top1"}
 DRIFT_PREFIX = "drift/"
 DRIFT_PARAMS = DRIFT_PREFIX + "params"
 TIME_PREFIX = "time/"  # time/<phase>_s: a worker's seconds in start, correlation, steps, checkpoint, evaluation
 
-# The stream correlation at run start (raystream/train/correlation.py; the paper's Figure 1 as a pre-flight figure):
+# The stream correlation at run start (the paper's Figure 1 as a pre-flight figure):
 # mean cosine of consecutive batches' gradients, the pass's mean gradient removed (and raw), logged at step 0.
 CORRELATION_PREFIX = "correlation/"
 CORRELATION_SEQUENTIAL = CORRELATION_PREFIX + "sequential"
@@ -64,7 +70,7 @@ GIT_COMMIT_TAG = "mlflow.source.git.commit"  # MLflow's own tags
 NOTE_TAG = "mlflow.note.content"  # a run's description in the MLflow UI (markdown)
 RUN_NAME_TAG = "mlflow.runName"  # MLflow's own: given in a run's tags, it names the MLflow run (store.start_run)
 # Experiment tag prefix of a view of the runs table the MLflow UI opens from `#/experiments/<id>/runs?
-# viewStateShareKey=<key>` (its search filter, columns and grouping; raystream/tracking/ui.py writes one per sweep).
+# viewStateShareKey=<key>` (its search filter, columns and grouping; one per sweep).
 SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 # Experiment tag the MLflow 3 UI reads to pick an experiment's first page: this kind opens on the runs table
 # (with no kind, an experiment without runs yet is shown as a GenAI overview).
@@ -146,6 +152,18 @@ ARTIFACT_PLOTS_DIR = "plots"
 ARTIFACT_CHECKPOINT_DIR = "checkpoint"
 ARTIFACT_SKIPPED_VIDEOS = "skipped_videos.json"  # data.on_bad_video=skip: [{"video", "reason"}] of the videos left out
 TAG_SKIPPED_VIDEOS = "raystream.skipped_videos"  # how many (the artifact lists which and why)
+
+
+def current_name(metric: str) -> str:
+    """A metric's name now: `eval/attn_top1` (logged before 2026-11-27) -> `eval/attentive_top1`; others as they are."""
+    return RENAMED_METRICS.get(metric, metric)
+
+
+def current_names(metrics: Mapping[str, float]) -> Dict[str, float]:
+    """A run's metrics under their current names (`current_name`); a value logged under the new name wins."""
+    out = {current_name(k): v for k, v in metrics.items() if k in RENAMED_METRICS}
+    out.update((k, v) for k, v in metrics.items() if k not in RENAMED_METRICS)
+    return out
 
 
 def report_column(metric: str) -> str:

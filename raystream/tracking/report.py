@@ -5,14 +5,14 @@ Rows are the sweep's grid axes that vary (e.g. optimizer x order x batch size); 
 seed contributes its best trial by the sweep's metric (the tuned setting, as in the paper's tables) and the
 sampled value is shown. Columns are the final `eval/*` metrics, the stream correlation measured at run start
 (`correlation/*`), the mean over steps of `grad_cos_prev` (`grad_cos_prev_mean`) and `last_step_loss`, the `loss`
-of the last step (the Tune table's `loss` is the mean over the last report window: raystream/tracking/names.py).
+of the last step (the Tune table's `loss` is the mean over the last report window).
 
 Writes `report.md`, `report.csv` and plots (each metric against each numeric grid axis such as
 `optimizer.orth_beta` or `stream.batch_size`; histograms of the per-step gradient cosine `grad_cos_prev` per
 optimizer, the paper's Figure 3; its curve over steps per row, Figure 1) to `--out` (default
 `reports/<sweep run>`), and logs them as artifacts of the sweep's parent run. The `drift/*` columns say how far
 each row's weights moved; a sweep over `optimizer.lr` also gets each metric at matched drift
-(raystream/tracking/matched.py: `matched.md`, `matched.csv`, `<metric>_vs_drift.png`).
+(`matched.md`, `matched.csv`, `<metric>_vs_drift.png`).
 """
 
 from __future__ import annotations
@@ -189,7 +189,9 @@ def which_sweep(client, parent_run, uri: str) -> str:
 
 
 def load_trials(client, parent_run) -> List[Trial]:
-    """The child runs of a sweep, one per Tune trial (the latest run of a trial that was resumed)."""
+    """The child runs of a sweep, one per Tune trial (the latest run of a trial that was resumed). Metrics are read
+    under their current names: a run logged before a rename (`eval/attn_top1`) shares the column of its new name
+    (`eval/attentive_top1`; names.RENAMED_METRICS)."""
     runs = client.search_runs([parent_run.info.experiment_id],
                               filter_string=f"tags.`{names.PARENT_RUN_TAG}` = '{parent_run.info.run_id}'",
                               max_results=10000)
@@ -201,7 +203,7 @@ def load_trials(client, parent_run) -> List[Trial]:
             grid={k[len(GRID_TAG_PREFIX):]: v for k, v in tags.items() if k.startswith(GRID_TAG_PREFIX)},
             sample={k[len(SAMPLE_TAG_PREFIX):]: float(v) for k, v in tags.items()
                     if k.startswith(SAMPLE_TAG_PREFIX) and _is_number(v)},
-            metrics=dict(r.data.metrics), optimizer=r.data.params.get(OPTIMIZER_PARAM, "?"),
+            metrics=names.current_names(r.data.metrics), optimizer=r.data.params.get(OPTIMIZER_PARAM, "?"),
             start_time=r.info.start_time or 0)
         old = by_trial.get(trial.trial_id)
         rank = (trial.status == "FINISHED", trial.start_time)
@@ -224,6 +226,7 @@ def build_table(client, parent_run) -> Table:
     grid = json.loads(tags.get(names.GRID_TAG, "{}"))
     sample_axes = list(json.loads(tags.get(names.SAMPLE_TAG, "{}")))
     metric, mode = params.get("sweep.metric", "loss"), params.get("sweep.mode", "min")
+    metric = names.current_name(metric)  # a sweep logged before its metric was renamed
     trials = load_trials(client, parent_run)
     seed_axes = [k for k in grid if is_seed_key(k)]
     row_axes = [k for k in grid if not is_seed_key(k) and len(grid[k]) > 1] or \

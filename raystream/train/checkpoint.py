@@ -8,7 +8,7 @@
 
 Everything is tensors and plain containers, so it loads with `torch.load(weights_only=True)`. `snapshot` takes the
 content (copied to host memory, so training can go on) and `write` puts it straight into a directory on any pyarrow
-filesystem (local, s3://), meta.json last; raystream/train/persist.py hands that to Ray Train's upload thread. A
+filesystem (local, s3://), meta.json last (the trainer runs it on Ray Train's upload thread). A
 write that fails for space raises `raystream.diskspace.DiskFull` naming the file, its size and the disk's free
 space, the part written removed.
 
@@ -36,6 +36,8 @@ import pyarrow.fs as pafs
 import torch
 
 from raystream import diskspace
+from raystream.uris import is_file, open_output, read_bytes, write_bytes
+
 MODEL_FILE = "model.pt"
 STATE_FILE = "train_state.pt"
 META_FILE = "meta.json"
@@ -107,7 +109,7 @@ def write(fs, path: str, snap: Snapshot) -> None:
     reads as torn (`restorable`), an older meta.json there (a checkpoint written again) removed first."""
     fs.create_dir(path, recursive=True)
     meta_path = f"{path}/{META_FILE}"
-    if fs.get_file_info(meta_path).type == pafs.FileType.File:
+    if is_file(fs, meta_path):
         fs.delete_file(meta_path)
     sizes = {}
     local = isinstance(fs, pafs.LocalFileSystem)
@@ -116,7 +118,7 @@ def write(fs, path: str, snap: Snapshot) -> None:
             if local:
                 torch.save(obj, f"{path}/{name}")  # torch's own file writer: the fastest path to a local disk
             else:
-                with fs.open_output_stream(f"{path}/{name}") as f:
+                with open_output(fs, f"{path}/{name}") as f:
                     torch.save(obj, f)
         except (OSError, RuntimeError) as exc:
             if not diskspace.is_full(exc):
@@ -124,8 +126,7 @@ def write(fs, path: str, snap: Snapshot) -> None:
             _remove(fs, f"{path}/{name}")  # the part written: space back for the record and the run's end
             raise diskspace.named(exc, f"{path}/{name}", diskspace.nbytes(obj), local) from None
         sizes[name] = fs.get_file_info(f"{path}/{name}").size
-    with fs.open_output_stream(meta_path) as f:
-        f.write(json.dumps({**snap.meta, "file_sizes": sizes}, indent=1, sort_keys=True).encode())
+    write_bytes(fs, meta_path, json.dumps({**snap.meta, "file_sizes": sizes}, indent=1, sort_keys=True).encode())
 
 
 def _remove(fs, path: str) -> None:
@@ -169,8 +170,7 @@ def _meta_or_problem(fs, path: str) -> Tuple[Optional[Dict[str, Any]], str]:
     """(meta.json, "") of checkpoint directory `path` on pyarrow filesystem `fs` when every file is there at the
     size recorded at save; else (None, what is wrong)."""
     try:
-        with fs.open_input_stream(f"{path}/{META_FILE}") as f:
-            meta = json.loads(f.read().decode())
+        meta = json.loads(read_bytes(fs, f"{path}/{META_FILE}").decode())
     except (OSError, ValueError) as exc:  # missing, or cut short by a kill during the upload
         return None, f"{META_FILE} missing or unreadable ({type(exc).__name__})"
     sizes = meta.get("file_sizes") or {MODEL_FILE: None, STATE_FILE: None}

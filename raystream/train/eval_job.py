@@ -1,16 +1,15 @@
 """`raystream eval <run dir | checkpoint dir | s3 URI> <overrides>`: the probes of a checkpoint as a Ray Train job
 of its own, on every worker.
 
-On the driver, before Ray starts (`prepare`): the target is resolved (raystream/train/eval_target.py), the config
-is the training run's own recorded one with the command's overrides on top (`run_config`, said in one line), the
-config checked, the probe set listed (exit 2 naming what was looked for when it cannot be) and checked against the
-protocol (`eval.protocol=dino` is DINO's protocol on an image set: a set of videos is refused), and the
-checkpoint's model read and checked against the configured scenario. Then a `TorchTrainer` of
-`trainer.num_workers` workers (`eval_loop_per_worker`) loads the checkpoint on each worker's device, and every
-worker runs the evaluation (raystream/train/evaluator.py): its part of the probe set encoded (bf16 autocast on
-GPU), the features gathered, the probes trained data-parallel. The features go to `<run dir>/eval_features/`
-(keyed by checkpoint, protocol and probe set): a second evaluation of the same checkpoint and protocol encodes
-nothing.
+On the driver, before Ray starts (`prepare`): the target is resolved (`eval_target.resolve`), the config is the
+training run's own recorded one with the command's overrides on top (`run_config`, said in one line), the config
+checked, the probe set listed (exit 2 naming what was looked for when it cannot be) and checked against the protocol
+(`eval.protocol=dino` is DINO's protocol on an image set: a set of videos is refused), and the checkpoint's model read
+and checked against the configured scenario. Then a `TorchTrainer` of `trainer.num_workers` workers
+(`eval_loop_per_worker`) loads the checkpoint on each worker's device, and every worker runs the evaluation
+(`Evaluator`): its part of the probe set encoded (bf16 autocast on GPU), the features gathered, the probes trained
+data-parallel. The features go to `<run dir>/eval_features/` (keyed by checkpoint, protocol and probe set): a second
+evaluation of the same checkpoint and protocol encodes nothing.
 
 The metrics go into the training run's MLflow run (at the checkpoint's last step, tagged
 `raystream.eval.<protocol>` = the checkpoint) when the run directory names one the tracking store holds;
@@ -51,7 +50,7 @@ from raystream.train.loop import typed_config
 from raystream.train.preflight import check_local_cpus, check_resources
 from raystream.train.ray_start import start_ray
 from raystream.train.run import collective_config
-from raystream.uris import filesystem_at
+from raystream.uris import filesystem_at, read_bytes
 
 TAG_EVAL = "raystream.eval."  # + protocol: the checkpoint a `raystream eval` evaluated, on the training run
 
@@ -91,8 +90,7 @@ def check_model_fits(cfg, target: EvalTarget) -> None:
 def read_model_state(checkpoint: str) -> Dict[str, Any]:
     """model.pt of a checkpoint directory (local path or URI), on the CPU."""
     fs, path = filesystem_at(checkpoint)
-    with fs.open_input_stream(f"{path}/{MODEL_FILE}") as f:
-        return torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=True)
+    return torch.load(io.BytesIO(read_bytes(fs, f"{path}/{MODEL_FILE}")), map_location="cpu", weights_only=True)
 
 
 def prepare(cfg: DictConfig, target: Union[str, EvalTarget]) -> EvalTarget:

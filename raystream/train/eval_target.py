@@ -30,7 +30,7 @@ from raystream.config import ConfigError, RunConfig, check, compose, flatten
 from raystream.tracking import events, names
 from raystream.train import checkpoint as ckpt_files
 from raystream.train.run import RUN_INFO_FILE
-from raystream.uris import UriError, filesystem_at, first_line, is_uri, uri_of
+from raystream.uris import UriError, filesystem_at, first_line, is_uri, read_file, uri_of
 
 FEATURES_DIR = "eval_features"  # beside the checkpoints: features kept for a second evaluation
 EXPECTED = ("a training run's directory (<trainer.storage_path>/<run name>), one of its checkpoint_<step> "
@@ -63,10 +63,8 @@ def _join(base: str, fs_path: str, scheme: Optional[str]) -> str:
 
 def _read_text(fs, path: str) -> Optional[str]:
     try:
-        if fs.get_file_info(path).type != pafs.FileType.File:
-            return None
-        with fs.open_input_stream(path) as f:
-            return f.read().decode()
+        data = read_file(fs, path)
+        return None if data is None else data.decode()
     except (OSError, ValueError):
         return None
 

@@ -1,10 +1,10 @@
 """The evaluations of a model on every rank of a Ray Train job: a training run's own (`eval.every`, the end) and
-`raystream eval`'s (raystream/train/eval_job.py) run the same code.
+`raystream eval`'s run the same code.
 
-Every rank calls `Evaluator(model)` at the same point: each extracts the features of its part of the probe set
-on its device, the features are gathered, and the probes train data-parallel (raystream/eval/shard.py), so no rank
-sits in a collective (DDP's all-reduce, the next report) while another probes, and a long probe trips no
-collective time-out. Held-out pixel error (future prediction) is computed whole on every rank (a few batches).
+Every rank calls `Evaluator(model)` at the same point: each extracts the features of its part of the probe set on its
+device, the features are gathered, and the probes train data-parallel, so no rank sits in a collective (DDP's
+all-reduce, the next report) while another probes, and a long probe trips no collective time-out. Held-out pixel error
+(future prediction) is computed whole on every rank (a few batches).
 
 `StoredFeatures` keeps the centre views' features of a checkpoint in a file (local or in a bucket), so a second
 evaluation of the same weights under the same protocol encodes nothing.
@@ -20,14 +20,13 @@ import time
 from typing import Any, Dict, Optional
 
 import numpy as np
-import pyarrow.fs as pafs
 import torch
 
 from raystream.data import build_heldout_stream
 from raystream.eval.loaders import load_probe_source
 from raystream.eval.shard import Shard
 from raystream.tracking import names
-from raystream.uris import filesystem_at
+from raystream.uris import filesystem_at, read_file, write_bytes
 
 
 @contextlib.contextmanager
@@ -81,7 +80,7 @@ class Evaluator:
 
 
 class StoredFeatures:
-    """A FeatureCache (raystream/eval/probes.py) in one file at `uri` (a local path or an object-store URI), written
+    """A FeatureCache in one file at `uri` (a local path or an object-store URI), written
     by rank 0 (to a temporary name, then moved into place). `extracted`: the samples this process's evaluation
     encoded for the file (0 when it reused it)."""
 
@@ -92,11 +91,9 @@ class StoredFeatures:
         return filesystem_at(self.uri)
 
     def load(self) -> Optional[Dict[str, Optional[torch.Tensor]]]:
-        fs, path = self._fs()
-        if fs.get_file_info(path).type != pafs.FileType.File:
+        data = read_file(*self._fs())
+        if data is None:
             return None
-        with fs.open_input_stream(path) as f:
-            data = f.read()
         try:
             found = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception as exc:  # torn or foreign: extract again (and overwrite it)
@@ -114,6 +111,5 @@ class StoredFeatures:
         torch.save({k: (v.cpu() if v is not None else None) for k, v in features.items()}, buffer)
         fs, path = self._fs()
         fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        with fs.open_output_stream(f"{path}.tmp") as f:
-            f.write(buffer.getvalue())
+        write_bytes(fs, f"{path}.tmp", buffer.getvalue())
         fs.move(f"{path}.tmp", path)

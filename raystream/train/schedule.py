@@ -1,64 +1,23 @@
-"""The schedules of the paper's tables, by optimizer step t (0-based):
+"""The schedules of the paper's tables set on the optimizer, by optimizer step t (0-based):
 
 - learning rate: linear warm-up, then cosine decay to `lr * min_lr_ratio` (`WarmupCosine`);
 - weight decay (optional, `optimizer.weight_decay_end`): DINO's cosine from `weight_decay` to `weight_decay_end`
   (`CosineWeightDecay`), set on the decayed param group before every step (`set_weight_decay`).
-`Schedules.apply(optimizer, t)` sets both before optimizer step t. Every schedule is a pure function of t, so a run
-restored from a checkpoint continues it with no state of its own (DoRA's teacher momentum likewise:
-`raystream.models.dora.teacher.cosine_momentum(t, ...)`).
+`Schedules.apply(optimizer, t)` sets both before optimizer step t. The schedules themselves are raystream.schedule's
+(shared with the probes); each is a pure function of t, so a run restored from a checkpoint continues it with no
+state of its own (DoRA's teacher momentum likewise: `raystream.models.dora.teacher.cosine_momentum(t, ...)`).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Dict, Optional
 
 import torch
 
+from raystream.schedule import CosineWeightDecay, WarmupCosine
 from raystream.tracking import names
 
-
-def half_cosine(progress: float, start: float, end: float) -> float:
-    """start at progress 0, end at progress 1, along half a cosine."""
-    return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-class WarmupCosine:
-    """Multiplier of the base lr at optimizer step `t`.
-
-    t < warmup: (t + 1) / warmup, so the first step already moves; then a half cosine from 1 down to
-    `min_lr_ratio`, reached at step `total_steps - 1`.
-    """
-
-    def __init__(self, total_steps: int, warmup_steps: int, min_lr_ratio: float):
-        if total_steps < 1:
-            raise ValueError(f"total_steps = {total_steps}: expected >= 1")
-        self.total_steps = int(total_steps)
-        self.warmup_steps = max(0, min(int(warmup_steps), self.total_steps))
-        self.min_lr_ratio = float(min_lr_ratio)
-
-    def __call__(self, t: int) -> float:
-        if t < self.warmup_steps:
-            return (t + 1) / self.warmup_steps
-        span = self.total_steps - self.warmup_steps - 1
-        progress = min(1.0, (t - self.warmup_steps) / span) if span > 0 else 0.0
-        return half_cosine(progress, 1.0, self.min_lr_ratio)
-
-
-class CosineWeightDecay:
-    """DINO's weight-decay schedule (`cosine_scheduler(weight_decay, weight_decay_end, ...)`, no warm-up): the weight
-    decay of step t, `start` at t = 0 and `end` at the last step, `total_steps - 1` (DINO divides by the number of
-    steps and so stops one step short of `end`; here both schedules reach their end value at the last step)."""
-
-    def __init__(self, total_steps: int, start: float, end: float):
-        if total_steps < 1:
-            raise ValueError(f"total_steps = {total_steps}: expected >= 1")
-        self.total_steps, self.start, self.end = int(total_steps), float(start), float(end)
-
-    def __call__(self, t: int) -> float:
-        span = self.total_steps - 1
-        progress = min(1.0, max(0, t) / span) if span > 0 else 0.0
-        return half_cosine(progress, self.start, self.end)
+__all__ = ["CosineWeightDecay", "Schedules", "WarmupCosine", "build_weight_decay_schedule", "set_weight_decay"]
 
 
 def build_weight_decay_schedule(optimizer_cfg, total_steps: int) -> Optional[CosineWeightDecay]:
@@ -70,8 +29,8 @@ def build_weight_decay_schedule(optimizer_cfg, total_steps: int) -> Optional[Cos
 
 
 def set_weight_decay(optimizer: torch.optim.Optimizer, value: float) -> None:
-    """Set `value` on the decayed param groups (`decay` True or absent: see raystream.optim.param_groups); groups
-    with `decay` False keep their weight decay of 0."""
+    """Set `value` on the decayed param groups (`decay` True or absent, as raystream.optim.param_groups marks
+    them); groups with `decay` False keep their weight decay of 0."""
     for group in optimizer.param_groups:
         if group.get("decay", True):
             group["weight_decay"] = value

@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional
 import pyarrow.fs as pafs
 
 from raystream.config import ConfigError
-from raystream.uris import UriError, filesystem_of, first_line, is_uri, uri_of
+from raystream.uris import UriError, filesystem_of, first_line, is_uri, read_file, uri_of, write_bytes
 
 DEFAULT = "raystream_results"  # relative to the driver's working directory
 KEY = "trainer.storage_path"
@@ -68,17 +68,14 @@ class Storage:
         """The JSON file `name` here, or None when it is missing or unreadable."""
         path = f"{self.path}/{name}"
         try:
-            if self.filesystem.get_file_info(path).type != pafs.FileType.File:
-                return None
-            with self.filesystem.open_input_stream(path) as f:
-                return json.loads(f.read().decode())
+            data = read_file(self.filesystem, path)
+            return None if data is None else json.loads(data.decode())
         except (OSError, ValueError):
             return None
 
     def write_json(self, name: str, data: Dict[str, Any]) -> None:
         self.filesystem.create_dir(self.path, recursive=True)
-        with self.filesystem.open_output_stream(f"{self.path}/{name}") as f:
-            f.write(json.dumps(data, indent=1, sort_keys=True).encode())
+        write_bytes(self.filesystem, f"{self.path}/{name}", json.dumps(data, indent=1, sort_keys=True).encode())
 
 
 def resolve(value: Optional[str]) -> Storage:

@@ -30,9 +30,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Dict, Optional
 
-import pyarrow.fs as pafs
-
 from raystream.config import ConfigError
+from raystream.uris import read_file, write_bytes
 
 LOCK_FILE = ".raystream_sweep.lock"
 RUN_LOCK_FILE = ".raystream_run.lock"
@@ -82,10 +81,8 @@ class SweepLock:
     def _read(self) -> Optional[Dict[str, Any]]:
         fs = self.where.filesystem
         try:
-            if fs.get_file_info(self.path).type != pafs.FileType.File:
-                return None
-            with fs.open_input_stream(self.path) as f:
-                return json.loads(f.read().decode())
+            data = read_file(fs, self.path)
+            return None if data is None else json.loads(data.decode())
         except (OSError, ValueError):  # cut short: treat as absent (its owner died while writing it)
             return None
 
@@ -133,8 +130,7 @@ class SweepLock:
                 raise
             return True
         self.where.filesystem.create_dir(self.where.path, recursive=True)
-        with self.where.filesystem.open_output_stream(self.path) as f:
-            f.write(data)
+        write_bytes(self.where.filesystem, self.path, data)
         return True
 
     def acquire(self) -> "SweepLock":

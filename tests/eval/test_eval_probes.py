@@ -32,7 +32,7 @@ def _encode(seen):
 def test_all_probes_on_a_separable_probe_set():
     seen = []
     out = probe_metrics(_encode(seen), _probe(), EvalCfg())
-    assert set(out) == {"eval/knn_top1", "eval/linear_top1", "eval/attn_top1"}
+    assert set(out) == {"eval/knn_top1", "eval/linear_top1", "eval/attentive_top1"}
     assert min(out.values()) > 0.9
     assert max(seen) <= 16  # extracted in eval.batch_size chunks
 

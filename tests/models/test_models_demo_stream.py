@@ -62,7 +62,7 @@ def test_tiny_model_learns_on_the_demo_stream(demo_data, name, target_frames, ep
     eval_cfg = EvalConfig(metrics=["knn", "linear", "attentive"], attentive_epochs=5, heldout_batches=4)
     if "probe" in scenario.needs:
         metrics = scenario.evaluate(model, eval_cfg, probe=load_probe_set(demo_data, stream_cfg, eval_cfg))
-        assert set(metrics) == {"eval/knn_top1", "eval/linear_top1", "eval/attn_top1"}
+        assert set(metrics) == {"eval/knn_top1", "eval/linear_top1", "eval/attentive_top1"}
         print(metrics)
     if "heldout" in scenario.needs:
         heldout = build_heldout_stream(demo_data, stream_cfg)

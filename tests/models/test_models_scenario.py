@@ -39,7 +39,7 @@ def test_videomae_evaluate_reports_the_probe_metrics_and_restores_train_mode():
     wrapped = nn.ModuleDict({"m": sc.model})  # stand-in for a wrapper
     wrapped.module = sc.model
     metrics = sc.evaluate(wrapped, cfg.eval, probe=_probe())
-    assert set(metrics) == {"eval/knn_top1", "eval/linear_top1", "eval/attn_top1"}
+    assert set(metrics) == {"eval/knn_top1", "eval/linear_top1", "eval/attentive_top1"}
     assert all(0.0 <= v <= 1.0 for v in metrics.values())
     assert sc.model.training
     assert unwrap(wrapped) is sc.model

@@ -187,3 +187,23 @@ def test_parent_run_records_name_file_commit_and_grid(sweep_store):
     assert run.data.tags["raystream.trials_failed"] == "1"
     assert {a.path for a in client.list_artifacts(parent, "sweep")} >= {"sweep/rep.yaml", "sweep/trials.json",
                                                                        "sweep/composed_config.yaml"}
+
+
+def test_a_run_logged_under_a_metric_s_old_name_reads_under_its_new_name(sweep_store):
+    """The attentive probe was `eval/attn_top1` (default protocol) before it became `eval/attentive_top1`: a sweep
+    holding runs of both shares one column, and a sweep whose metric is the old name ranks by the new one."""
+    client, _ = sweep_store
+    exp = client.create_experiment("renamed")  # beside the sweep's experiment: the sqlite store is built once
+    parent = client.create_run(exp, tags={"raystream.grid": '{"trainer.seed": [0, 1]}'})
+    client.log_param(parent.info.run_id, "sweep.metric", "eval/attn_top1")
+    client.log_param(parent.info.run_id, "sweep.mode", "max")
+    for seed, key in enumerate(("eval/attn_top1", "eval/attentive_top1")):
+        run = client.create_run(exp, tags={"mlflow.parentRunId": parent.info.run_id, "raystream.trial_id": f"t{seed}",
+                                           "raystream.grid.trainer.seed": str(seed)})
+        client.log_metric(run.info.run_id, key, 0.5 + seed / 10, step=3)
+        client.set_terminated(run.info.run_id, "FINISHED")
+    trials = report.load_trials(client, parent)
+    assert sorted(t.metrics["eval/attentive_top1"] for t in trials) == pytest.approx([0.5, 0.6])
+    assert not any("eval/attn_top1" in t.metrics for t in trials)
+    table = build_table(client, client.get_run(parent.info.run_id))
+    assert table.metrics == ["eval/attentive_top1"] and table.metric == "eval/attentive_top1"

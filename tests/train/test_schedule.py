@@ -7,8 +7,8 @@ import torch
 
 from raystream.optim import build_optimizer, param_groups
 from raystream.optim.factory import OptimizerConfig
-from raystream.train.schedule import (CosineWeightDecay, Schedules, WarmupCosine, build_weight_decay_schedule,
-                                      set_weight_decay)
+from raystream.schedule import CosineWeightDecay, WarmupCosine, probe_lr_schedule
+from raystream.train.schedule import Schedules, build_weight_decay_schedule, set_weight_decay
 
 
 def test_warmup_is_linear_and_first_step_moves():
@@ -92,3 +92,20 @@ def test_set_weight_decay_moves_the_decayed_group_only():
     opt = build_optimizer(param_groups(model, cfg), cfg)
     set_weight_decay(opt, 0.3)
     assert [(g["decay"], g["weight_decay"]) for g in opt.param_groups] == [(True, 0.3), (False, 0.0)]
+
+
+def test_the_probes_schedule_decays_to_zero_one_step_after_the_last_and_does_not_cap_its_warmup():
+    """The probes' LambdaLR (eval/linear.py, eval/attentive.py) keeps its numbers now that it shares the formula with
+    training: cosine over total - warmup steps to 0, a warm-up longer than the run not capped."""
+    def lrs(warmup, total):
+        opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        sched, out = probe_lr_schedule(opt, warmup, total), []
+        for _ in range(total):
+            out.append(opt.param_groups[0]["lr"])
+            opt.step(), sched.step()
+        return out
+
+    assert lrs(2, 6) == pytest.approx([0.5, 1.0, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5,
+                                       0.5 * (1 + math.cos(3 * math.pi / 4))])
+    assert lrs(8, 4) == pytest.approx([0.125, 0.25, 0.375, 0.5])
+    assert lrs(0, 1) == [1.0]

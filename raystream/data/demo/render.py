@@ -7,7 +7,7 @@
   frames: one scene), with digit sprites drifting in the scene, after the paper's WalkingTour Venice video.
 
 Every 5th digit image is held out: the stream videos never show it; held-out videos and the labelled demo probe set
-(raystream/eval/labelled_videos.py, which draws its clips with `Sprites` directly) use only held-out digits.
+(which draws its clips with `Sprites` directly) use only held-out digits.
 videos.py writes the rendered frames as mp4 files.
 """
 

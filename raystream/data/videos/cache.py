@@ -32,7 +32,7 @@ from typing import Iterable, Iterator, List, Optional, Set
 
 from raystream.data.errors import DataError
 from raystream.data.videos.remote import RemoteObject, open_uri
-from raystream.uris import first_line
+from raystream.uris import download, first_line
 
 _CHUNK = 8 << 20  # bytes per read from the store
 _META = ".meta.json"
@@ -197,16 +197,8 @@ class NodeCache:
 def _copy(obj: RemoteObject, tmp: str):
     """(bytes written to `tmp`, the store's ETag) of one whole read of `obj`."""
     fs, fs_path = open_uri(obj.uri, "data.videos")
-    got = 0
-    with fs.open_input_stream(fs_path) as src, open(tmp, "wb") as dst:
-        meta = src.metadata() or {}
-        etag = meta.get("ETag") or meta.get(b"ETag")
-        while True:
-            chunk = src.read(_CHUNK)
-            if not chunk:
-                break
-            dst.write(chunk)
-            got += len(chunk)
+    got, meta = download(fs, fs_path, tmp, _CHUNK)
+    etag = meta.get("ETag") or meta.get(b"ETag")
     if isinstance(etag, bytes):
         etag = etag.decode()
     return got, (etag.strip('"') if etag else None)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 from raystream.data.errors import DataError
-from raystream.uris import UriError, bucket_uri, filesystem_of, first_line, path_in_store, uri_of
+from raystream.uris import (UriError, bucket_uri, filesystem_of, first_line, path_in_store, read_file, uri_of,
+                            write_bytes)
 
 
 @dataclass(frozen=True)
@@ -96,14 +97,10 @@ def stat_objects(uris: Sequence[str], key: str) -> Dict[str, Optional[RemoteObje
 
 def read_text(uri: str, key: str) -> Optional[str]:
     """The object `uri` as text, or None when it does not exist."""
-    import pyarrow.fs as pafs  # lazy: pyarrow is heavy, and only a URI (an object store) needs it
-
     fs, path = open_uri(uri, key)
     try:
-        if fs.get_file_info(path).type != pafs.FileType.File:
-            return None
-        with fs.open_input_stream(path) as f:
-            return f.read().decode()
+        data = read_file(fs, path)
+        return None if data is None else data.decode()
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"`{key}`: cannot read {uri!r} ({first_line(exc)})") from None
 
@@ -111,8 +108,7 @@ def read_text(uri: str, key: str) -> Optional[str]:
 def write_text(uri: str, text: str, key: str) -> None:
     fs, path = open_uri(uri, key)
     try:
-        with fs.open_output_stream(path) as f:
-            f.write(text.encode())
+        write_bytes(fs, path, text.encode())
     except OSError as exc:
         raise DataError(f"cannot write {uri!r} ({first_line(exc)}): the index needs write access to the "
                         "bucket (workers only read)") from None

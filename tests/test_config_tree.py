@@ -2,6 +2,7 @@
 what the shipped presets compose to."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -85,3 +86,15 @@ def test_the_shipped_presets_compose_to_the_fixtures_values():
     got = config_presets.compose_all(only=CORE)
     assert len(got["sha1"]) == len(CORE)
     assert config_presets.changes(expected, got) == []
+
+
+def test_a_group_file_writes_only_its_own_groups_keys():
+    """Only experiment/ files compose across groups: every other group file has its group's package (Hydra's
+    default, or `# @package <group>` for a subgroup such as stream/shape/)."""
+    for path in sorted(config_tree.shipped_dir().rglob("*.yaml")):
+        group = path.parent.relative_to(config_tree.shipped_dir()).parts
+        if not group or group[0] == "experiment":
+            continue
+        header = re.match(r"#\s*@package\s+(\S+)", path.read_text())
+        package = header.group(1) if header else ".".join(group)
+        assert package == group[0], f"{path}: package {package}, expected {group[0]}"

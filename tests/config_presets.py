@@ -80,7 +80,7 @@ DOCUMENTED = [
      "data.videos=null", "data.heldout_videos=null", "eval.dataset=null", "eval.metrics=[]"],
 ]
 EXAMPLE = (ROOT / "docs" / "examples", ["+experiment=my_stream"])  # docs/extending.md's --config-dir example
-FULL = 12  # the first combinations (the default and each experiment) keep their whole config in the fixture
+FULL = 12  # the first combinations (the default, each experiment, the data options) keep their whole config
 
 
 def experiment(name: str) -> List[str]:

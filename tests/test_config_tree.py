@@ -1,9 +1,13 @@
-"""Where configs come from: the tree shipped in the package, then a user's own directories (env or --config-dir)."""
+"""Where configs come from: the tree shipped in the package, then a user's own directories (env or --config-dir);
+what the shipped presets compose to."""
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import config_presets
 import pytest
 
 from raystream import config_tree
@@ -64,3 +68,33 @@ def test_cli_config_dir_flag(tmp_path):
     assert "lr: 0.0042" in out.stdout
     out = run("train", "--config-dir", "missing", "--cfg", "job")
     assert out.returncode == 2 and "missing" in out.stderr and "is not a directory" in out.stderr
+
+
+# The combinations composed in the suite (cheap): the default, each experiment, each scenario alone (its clip shape),
+# the documented tiny DoRA command and one sweep with its experiment. `python tests/config_presets.py --check`
+# composes all of the fixture's combinations (minutes).
+CORE = [config_presets.key(c) for c in [[], *(config_presets.experiment(e) for e in config_presets.EXPERIMENTS),
+                                        *([f"scenario={s}"] for s in config_presets.GROUPS["scenario"]),
+                                        ["scenario=dora", "data=walking_tour", "stream=dora"],
+                                        ["+experiment=table1_mini", "stream=videomae"]]]
+
+
+def test_the_shipped_presets_compose_to_the_fixtures_values():
+    """The composed values of the shipped presets are the fixture's (tests/config_fixtures/composed_presets.json,
+    written by tests/config_presets.py before the tree was restructured): moving a key between files keeps them."""
+    expected = json.loads(config_presets.FIXTURE.read_text())
+    got = config_presets.compose_all(only=CORE)
+    assert len(got["sha1"]) == len(CORE)
+    assert config_presets.changes(expected, got) == []
+
+
+def test_a_group_file_writes_only_its_own_groups_keys():
+    """Only experiment/ files compose across groups: every other group file has its group's package (Hydra's
+    default, or `# @package <group>` for a subgroup such as stream/shape/)."""
+    for path in sorted(config_tree.shipped_dir().rglob("*.yaml")):
+        group = path.parent.relative_to(config_tree.shipped_dir()).parts
+        if not group or group[0] == "experiment":
+            continue
+        header = re.match(r"#\s*@package\s+(\S+)", path.read_text())
+        package = header.group(1) if header else ".".join(group)
+        assert package == group[0], f"{path}: package {package}, expected {group[0]}"

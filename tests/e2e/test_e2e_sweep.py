@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,10 @@ def test_interrupted_sweep_resumes_without_redoing_finished_trials(sweep):
     runs_of_first = [r for r in _children(sweep["client"]) if r.data.tags["raystream.trial_id"] == first_trial]
     assert len(runs_of_first) == 1  # not run again
     assert runs_of_first[0].info.end_time < sweep["phase2_start_ms"]
+    # a trial interrupted by the SIGTERM goes on in the child run it had: no second, empty KILLED run beside it
+    per_trial = Counter(r.data.tags["raystream.trial_id"] for r in _children(sweep["client"]))
+    assert set(per_trial.values()) == {1}, per_trial
+    assert all(r.info.status != "KILLED" for r in _children(sweep["client"]))
 
 
 def test_failing_trials_are_recorded_and_do_not_stop_the_others(sweep):

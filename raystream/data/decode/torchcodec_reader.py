@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from raystream.data.errors import DataError
+from raystream.data.errors import DataError, first_line
 
 
 def torchcodec_unavailable() -> Optional[str]:
@@ -26,9 +26,9 @@ def torchcodec_unavailable() -> Optional[str]:
     except ImportError as exc:
         if getattr(exc, "name", None) == "torchcodec":
             return "torchcodec is not installed (pip install 'raystream[torchcodec]')"
-        return f"torchcodec does not load: {_first_line(exc)}"
+        return f"torchcodec does not load: {first_line(exc)}"
     except (OSError, RuntimeError) as exc:  # a CUDA build beside a CPU torch, or no FFmpeg libraries
-        return f"torchcodec does not load: {_first_line(exc)}"
+        return f"torchcodec does not load: {first_line(exc)}"
     return None
 
 
@@ -75,7 +75,7 @@ class TorchCodecReader:
             self._dec = VideoDecoder(self.path, seek_mode="exact", num_ffmpeg_threads=1, dimension_order="NHWC",
                                      device=self.device, transforms=transforms)
         except (RuntimeError, ValueError, OSError) as exc:
-            raise DataError(f"{self.path}: torchcodec cannot open it as a video: {_first_line(exc)}") from None
+            raise DataError(f"{self.path}: torchcodec cannot open it as a video: {first_line(exc)}") from None
         meta = self._dec.metadata
         self.num_frames = len(self._dec)
         self.fps = float(meta.average_fps or 0.0)
@@ -91,7 +91,7 @@ class TorchCodecReader:
             data = self._dec.get_frames_at(indices).data
         except (RuntimeError, IndexError, ValueError) as exc:
             span = f"[{indices[0]}..{indices[-1]}]"
-            raise DataError(f"{self.path}: torchcodec failed to decode frames {span}: {_first_line(exc)}") from None
+            raise DataError(f"{self.path}: torchcodec failed to decode frames {span}: {first_line(exc)}") from None
         return data if data.is_cuda else data.numpy()
 
     def times_of(self, indices: Sequence[int]) -> List[float]:
@@ -111,8 +111,3 @@ class TorchCodecReader:
 
     def close(self) -> None:
         self._dec = None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

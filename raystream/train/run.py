@@ -148,15 +148,11 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     Returned keys: `loss` (mean over the last report window), `eval/*` (final evaluation and in-stream averages),
     `step`, `steps_done`, `start_step` (step the last attempt started at: > 0 after a restart or resume),
     `mlflow_run_id`, `run_name`, `run_dir`, `checkpoint_path`.
-    Raises ConfigError / DataError before any worker starts (`RunLocked`, a ConfigError, when another process runs
-    the same run: one writer per run, `raystream.tune.lock`); Ray's TrainingFailedError when the workers fail more
-    than `trainer.max_failures` times; DivergedError at the first non-finite loss or gradient (no retry);
-    `Interrupted` on Ctrl-C or SIGTERM (`main` prints the command that resumes the run).
-    Same run name + storage path again resumes from the newest complete checkpoint on storage (`checkpoint.latest`;
-    Ray Train's own record may lag behind it). When the run resumes but its MLflow run is gone (mlflow.db deleted),
-    it says so on stderr and tags the new MLflow run `raystream.warning`: that run holds the steps from the checkpoint
-    on. Whatever stops a run once its MLflow run is open (a storage error included) closes that run with the cause
-    in `raystream.error`.
+    Raises ConfigError / DataError before any worker starts (`RunLocked` when another process runs the same run);
+    Ray's TrainingFailedError past `trainer.max_failures`; DivergedError / DiskFull (no retry); `Interrupted` on
+    Ctrl-C or SIGTERM. The same run name and storage path resume from the newest complete checkpoint on storage; a
+    resumed run whose MLflow run is gone says so and tags the new one `raystream.warning`. Whatever stops a run
+    once its MLflow run is open closes that run with the cause in `raystream.error`.
     """
     cfg = copy.deepcopy(cfg)
     name = run_name or cfg.trainer.run_name or default_run_name(cfg)
@@ -185,76 +181,98 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
 def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags,
          init_line, plan) -> Dict[str, Any]:
     """`fit`'s work, under the run's lock, once its inputs are checked (`plan`: stream_plan's steps and skipped
-    videos)."""
+    videos): Ray, the MLflow run, the workers, the end."""
     record = events.path_in(run_dir.uri)  # the run's record: what it writes to MLflow, mirrored from there
     catch_up(record, "an earlier attempt of this run")  # first: what a killed attempt left (kill -9) into MLflow
-    total, skipped_videos = plan
     start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
     check_resources(cfg.trainer, cluster_capacity())  # what the cluster can grow to (autoscaler)
-
-    local_run_dir = run_dir.uri if run_dir.local else None
     info = run_dir.read_json(RUN_INFO_FILE) or {}
-    fs = run_dir.filesystem
-    resume = ckpt_files.latest(fs, run_dir.path)  # (path, meta) of the newest complete checkpoint, or None
+    resume = ckpt_files.latest(run_dir.filesystem, run_dir.path)  # (path, meta) of the newest complete one, or None
     uri = tracking_uri(cfg)
-    client = mlflow_client_for(uri)
+    run_id = _open_mlflow_run(cfg, name, run_dir, info, uri, mlflow_parent_run_id, mlflow_tags, init_line)
+    with _closed_on_failure(record, uri, run_id, name) as received:  # KILLED / FAILED, whatever stops it
+        _record_start(cfg, name, run_dir, info, uri, run_id, resume, skipped_videos=plan[1])
+        trainer = _trainer(cfg, name, storage, run_dir, callbacks,
+                           run={"run_name": name, "total_steps": plan[0], "tracking_uri": uri, "mlflow_run_id": run_id,
+                                "resume_from": Checkpoint(resume[0], filesystem=run_dir.filesystem)
+                                if resume is not None else None,
+                                "record": record,
+                                "hooks": faults.from_env(run_dir.uri if run_dir.local else None, name),
+                                # the stream's Figure 1 figure, once per run, by the workers before step 0
+                                "measure_correlation": int(cfg.trainer.correlation_steps) > 0 and not info})
+        result = trainer.fit()
+        signals.raise_if_signalled(received)  # SIGTERM: Ray Train aborted the run gracefully
+        return _finish(cfg, name, storage, run_dir, uri, run_id, record, result)
+
+
+def _open_mlflow_run(cfg: DictConfig, name: str, run_dir, info: Dict[str, Any], uri: str,
+                     mlflow_parent_run_id: Optional[str], mlflow_tags: Optional[Dict[str, str]],
+                     init_line: Optional[str]) -> str:
+    """The run's MLflow run id: the one its earlier attempt opened (`info`), else a new one, tagged with the run
+    directory and the start checkpoint's line."""
     tags = {**(mlflow_tags or {}), names.TAG_RUN_DIR: run_dir.uri}
     if init_line:
         tags[names.TAG_INIT] = init_line
-    run_id = start_run(client, experiment=cfg.mlflow.experiment, uri=uri, run_name=name,
-                       parent_run_id=mlflow_parent_run_id, tags=tags, resume_run_id=info.get("mlflow_run_id"))
-    with _closed_on_failure(record, uri, run_id, name) as received:  # KILLED / FAILED, whatever stops it
-        if resume is not None and info.get("mlflow_run_id") and run_id != info["mlflow_run_id"]:
-            _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
-        # at once: a run (a sweep's trial) stopped before its first step reopens this MLflow run when resumed
-        run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name,
-                                           "config": OmegaConf.to_container(cfg, resolve=True)})  # `raystream eval`'s
-        _log_params(client, run_id, flatten(cfg))
-        if skipped_videos:  # data.on_bad_video=skip: which videos the run left out, and why
-            _log_skipped_videos(client, run_id, skipped_videos)
+    return start_run(mlflow_client_for(uri), experiment=cfg.mlflow.experiment, uri=uri, run_name=name,
+                     parent_run_id=mlflow_parent_run_id, tags=tags, resume_run_id=info.get("mlflow_run_id"))
 
-        tcfg = cfg.trainer
-        resources = {"CPU": float(tcfg.cpus_per_worker), **({"GPU": 1} if tcfg.use_gpu else {})}
-        trainer = TorchTrainer(
-            train_loop_per_worker, torch_config=collective_config(cfg),  # one node: on 127.0.0.1 (a tested Ray)
-            train_loop_config={
-                "cfg": OmegaConf.to_container(cfg, resolve=True),
-                "run": {"run_name": name, "total_steps": total, "tracking_uri": uri, "mlflow_run_id": run_id,
-                        "resume_from": Checkpoint(resume[0], filesystem=fs) if resume is not None else None,
-                        "record": record,
-                        "hooks": faults.from_env(local_run_dir, name),
-                        # the stream's Figure 1 figure, once per run, by the workers before step 0
-                        "measure_correlation": int(cfg.trainer.correlation_steps) > 0 and not info},
-            },
-            scaling_config=ScalingConfig(num_workers=int(tcfg.num_workers), use_gpu=bool(tcfg.use_gpu),
-                                         resources_per_worker=resources),
-            run_config=RunConfig(
-                name=name, storage_path=storage.uri,
-                failure_config=FailureConfig(max_failures=int(tcfg.max_failures)),
-                checkpoint_config=CheckpointConfig(num_to_keep=int(tcfg.keep_checkpoints)),
-                callbacks=list(callbacks or []),
-                logging_config=LoggingConfig(log_level=str(tcfg.ray_log_level)),
-            ),
-        )
-        result = trainer.fit()
-        signals.raise_if_signalled(received)  # SIGTERM: Ray Train aborted the run gracefully
-        raise_if_diverged(result.return_value)
-        diskspace.raise_if_full(result.return_value)  # a full disk: failed once, no retry
-        kept = {Path(c.path).name for c, _ in result.best_checkpoints or []}
-        if result.checkpoint is not None:
-            kept.add(Path(result.checkpoint.path).name)
-        final = dict(result.return_value or result.metrics or {})
-        final.update(mlflow_run_id=run_id, run_name=name, run_dir=storage.uri_of(str(result.path)),
-                     checkpoint_path=storage.uri_of(result.checkpoint.path) if result.checkpoint is not None
-                     else None)
-        end = run_end(cfg, run_id, final["checkpoint_path"], bool(tcfg.log_checkpoint_artifact))
-        try:
-            finish_run(uri, run_id, record, end)
-        except TrackingUnavailable as exc:
-            exc.final = final
-            raise
-        finally:
-            ckpt_files.prune(fs, run_dir.path, kept)
+
+def _record_start(cfg: DictConfig, name: str, run_dir, info: Dict[str, Any], uri: str, run_id: str, resume,
+                  skipped_videos: List[Tuple[str, str]]) -> None:
+    """What the run says before its workers start: that a resumed run's earlier MLflow history is gone (if so), its
+    run file (written at once: a run, or a sweep's trial, stopped before its first step reopens this MLflow run when
+    resumed; `raystream eval` reads its config), its params, the videos `data.on_bad_video=skip` left out."""
+    client = mlflow_client_for(uri)
+    if resume is not None and info.get("mlflow_run_id") and run_id != info["mlflow_run_id"]:
+        _warn_history_lost(client, run_id, name, info, uri, int(resume[1]["next_step"]))
+    run_dir.write_json(RUN_INFO_FILE, {"mlflow_run_id": run_id, "tracking_uri": uri, "run_name": name,
+                                       "config": OmegaConf.to_container(cfg, resolve=True)})
+    _log_params(client, run_id, flatten(cfg))
+    if skipped_videos:
+        _log_skipped_videos(client, run_id, skipped_videos)
+
+
+def _trainer(cfg: DictConfig, name: str, storage, run_dir, callbacks, run: Dict[str, Any]) -> TorchTrainer:
+    """Ray Train's TorchTrainer of the run: `trainer.*` as its scaling, failure and checkpoint configs; `run`: what
+    the driver decided for the workers (train_loop_per_worker's `config["run"]`)."""
+    tcfg = cfg.trainer
+    resources = {"CPU": float(tcfg.cpus_per_worker), **({"GPU": 1} if tcfg.use_gpu else {})}
+    return TorchTrainer(
+        train_loop_per_worker, torch_config=collective_config(cfg),  # one node: on 127.0.0.1 (a tested Ray)
+        train_loop_config={"cfg": OmegaConf.to_container(cfg, resolve=True), "run": run},
+        scaling_config=ScalingConfig(num_workers=int(tcfg.num_workers), use_gpu=bool(tcfg.use_gpu),
+                                     resources_per_worker=resources),
+        run_config=RunConfig(
+            name=name, storage_path=storage.uri,
+            failure_config=FailureConfig(max_failures=int(tcfg.max_failures)),
+            checkpoint_config=CheckpointConfig(num_to_keep=int(tcfg.keep_checkpoints)),
+            callbacks=list(callbacks or []),
+            logging_config=LoggingConfig(log_level=str(tcfg.ray_log_level)),
+        ),
+    )
+
+
+def _finish(cfg: DictConfig, name: str, storage, run_dir, uri: str, run_id: str, record: str,
+            result) -> Dict[str, Any]:
+    """The run's final metrics from Ray Train's `result` (a divergence or a full disk the workers returned is
+    raised here, once, without a retry), its MLflow run ended through the record, the checkpoints beyond those
+    kept pruned."""
+    raise_if_diverged(result.return_value)
+    diskspace.raise_if_full(result.return_value)
+    kept = {Path(c.path).name for c, _ in result.best_checkpoints or []}
+    if result.checkpoint is not None:
+        kept.add(Path(result.checkpoint.path).name)
+    final = dict(result.return_value or result.metrics or {})
+    final.update(mlflow_run_id=run_id, run_name=name, run_dir=storage.uri_of(str(result.path)),
+                 checkpoint_path=storage.uri_of(result.checkpoint.path) if result.checkpoint is not None else None)
+    end = run_end(cfg, run_id, final["checkpoint_path"], bool(cfg.trainer.log_checkpoint_artifact))
+    try:
+        finish_run(uri, run_id, record, end)
+    except TrackingUnavailable as exc:
+        exc.final = final
+        raise
+    finally:
+        ckpt_files.prune(run_dir.filesystem, run_dir.path, kept)
     return final
 
 

@@ -41,7 +41,6 @@ exits 1 naming `raystream tracking upload <record>`, and a resume writes it firs
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import sys
@@ -51,32 +50,30 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import optuna
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from ray import tune
 from ray.tune import ExperimentAnalysis
 from ray.tune.schedulers import ASHAScheduler
 
-from raystream import config_tree
 from raystream.config import ConfigError
-from raystream.data import DataError
-from raystream.tracking import events, names, ui
-from raystream.tracking.names import GRID_TAG_PREFIX, ROLE_TAG, SWEEP_RUN_TAG, SWEEP_TAG
+from raystream.tracking import events, names
 from raystream.tracking.mirror import catch_up
-from raystream.tracking.parent import META_FILE, ParentClose, ParentRecord, git_commit, open_parent
+from raystream.tracking.parent import META_FILE, ParentClose
 from raystream.tracking.store import client as mlflow_client
-from raystream.tracking.store import TrackingStoreError, prepare_store, retry, tracking_uri
+from raystream.tracking.store import retry, tracking_uri
 from raystream.train import signals
 from raystream.train import storage as results
-from raystream.train.preflight import check_backbone_init, input_problems, raise_together, total_steps
+from raystream.train.preflight import raise_together
 from raystream.train.ray_start import start_ray
 from raystream.train.run import fit as train_fit
 from raystream.tune import console
+from raystream.tune.cell_checks import check_cells, store_problems
 from raystream.tune.concurrency import trials_in_flight
-from raystream.tune.config import GROUPS
 from raystream.tune.lock import SweepLock
 from raystream.tune.release import ReleaseStoppedTrials
 from raystream.tune.searcher import CELL_KEY, GridOptunaSearcher
-from raystream.tune.space import SweepPlan, optuna_space, plan, structured
+from raystream.tune.space import SweepPlan, optuna_space, plan
+from raystream.tune.sweep_run import parent_run, view_columns
 from raystream.tune.trial import RECORD_RESULT_KEY, error_text, trial_main
 
 DRIVER_MEMORY = 200 * 1024 ** 2  # bytes reserved by each trial's driver (the function trainable)
@@ -146,10 +143,46 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
 
 def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable], verbose: int,
                quiet: "console.QuietRay") -> SweepOutcome:
+    """Plan and check before Ray starts, take the sweep's lock, open this session (Ray, the MLflow parent run),
+    run the trials, end the session."""
     started = time.time()
+    the_plan, fit, init_lines, uri, storage = _checked_plan(cfg, overrides, fit)
+    run_name = cfg.sweep.run_name or f"{the_plan.name}-{the_plan.fingerprint()}"
+    path = storage.child("sweeps", run_name)
+    meta = path.read_json(META_FILE)
+    if meta and meta.get("fingerprint") != the_plan.fingerprint():
+        raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path.uri} holds a sweep with other "
+                          "trials (its config changed); pick another sweep.run_name or leave it unset")
+    lock = SweepLock(path, run_name).acquire()  # a second sweep of this name refuses here, naming the running one
+    received: Dict[str, str] = {}  # SIGTERM stops the sweep as Ctrl-C does, once the trials run
+    try:
+        _start_ray_quietly(quiet, path, run_name, the_plan)
+        closing = _open_session(cfg, uri, path, run_name, the_plan, meta)
+        resumed, grid = _fit_trials(cfg, closing, received,
+                                    lambda: _tuner(cfg, the_plan, path, storage, run_name, closing.parent, fit,
+                                                   verbose, init_lines))
+        saved = _saved_trials(path.uri)
+        trials = [_outcome(r, the_plan, saved) for r in grid]
+        status = sweep_status(trials, the_plan.num_trials, signalled=bool(received))
+        evals = sorted({k for t in trials for k in t.metrics if k.startswith(names.EVAL_PREFIX)})
+        error = closing.end(status, received.get("signal", "SIGINT"), trials=trials,
+                            view=view_columns(the_plan, [str(cfg.sweep.metric), *evals]))
+    finally:
+        lock.release()
+    return SweepOutcome(run_name=run_name, path=path.uri, parent_run_id=closing.parent, tracking_uri=uri,
+                        experiment=cfg.mlflow.experiment, resumed=resumed, trials=trials,
+                        seconds=time.time() - started, experiment_id=closing.experiment_id,
+                        unsent=closing.saved, tracking_error=error or "", signal=received.get("signal", "SIGINT"),
+                        status=status)
+
+
+def _checked_plan(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable]):
+    """(plan, fit, each cell's start-checkpoint line, tracking URI, storage): the sweep planned, its tracking store
+    and every cell's inputs checked together (before Ray starts), each cell pointed at the store and the storage.
+    With a `fit` of its own (tests), the cells' inputs are not checked."""
     the_plan = plan(cfg, overrides)  # raises ConfigError before Ray starts
     uri = tracking_uri(cfg)  # absolute: trials run in other processes and directories
-    problems = _store_problems(uri)  # and every cell's inputs: all reported together, before Ray starts
+    problems = store_problems(uri)
     init_lines: List[Optional[str]] = [None] * len(the_plan.cells)
     if fit is None:
         fit = train_fit
@@ -159,14 +192,12 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
     for cell in the_plan.cells:
         cell.config["mlflow"]["tracking_uri"] = uri
         cell.config["trainer"]["storage_path"] = storage.uri
-    run_name = cfg.sweep.run_name or f"{the_plan.name}-{the_plan.fingerprint()}"
-    path = storage.child("sweeps", run_name)
-    meta = path.read_json(META_FILE)
-    if meta and meta.get("fingerprint") != the_plan.fingerprint():
-        raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path.uri} holds a sweep with other "
-                          "trials (its config changed); pick another sweep.run_name or leave it unset")
-    lock = SweepLock(path, run_name).acquire()  # a second sweep of this name refuses here, naming the running one
+    return the_plan, fit, init_lines, uri, storage
 
+
+def _start_ray_quietly(quiet: "console.QuietRay", path: "results.Storage", run_name: str,
+                       the_plan: SweepPlan) -> None:
+    """Ray started (or joined) with its and Tune's output in the sweep's log file (said once, unless --verbose)."""
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")  # trials keep the driver's working directory
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # eval/* arrive only in the final report
     quiet_optuna()
@@ -177,6 +208,11 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
     start_ray()  # RAY_ADDRESS when set, else a local cluster
     quiet.route_worker_output()
 
+
+def _open_session(cfg: DictConfig, uri: str, path: "results.Storage", run_name: str, the_plan: SweepPlan,
+                  meta: Optional[Dict[str, Any]]) -> ParentClose:
+    """This session of the sweep: what the last one left unsent caught up, the MLflow parent run (the earlier
+    sessions' one when resumed), the sweep's meta file written; the ParentClose that ends it."""
     experiment = cfg.mlflow.experiment
     catch_up(events.path_in(path.uri), "the end of this sweep's last session")  # before this session goes on
     parent = parent_run(uri, experiment, run_name, cfg, the_plan, meta)
@@ -187,46 +223,27 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
             "experiment": experiment, "sweep": the_plan.name, "active_s": float((meta or {}).get("active_s", 0.0))
             if meta and meta.get("parent_run_id") == parent else 0.0}
     path.write_json(META_FILE, meta)
-    closing = ParentClose(uri, parent_info, run_name, path, meta, session_start)
+    return ParentClose(uri, parent_info, run_name, path, meta, session_start)
 
-    received: Dict[str, str] = {}  # SIGTERM stops the sweep as Ctrl-C does, from here on
+
+def _fit_trials(cfg: DictConfig, closing: ParentClose, received: Dict[str, str], make_tuner: Callable):
+    """(resumed, Tune's ResultGrid): the trials run, SIGTERM handled as Ctrl-C (`received` names the signal).
+    Interrupted, or Tune itself failed: the parent run ends KILLED / FAILED (what the store did not take waits in
+    the sweep's record, said with the upload command) and the error goes on."""
     try:
-        try:
-            with signals.sigterm_as_sigint(received), _checkpoint_period(cfg.sweep.sync_period_s):
-                resumed, tuner = _tuner(cfg, the_plan, path, storage, run_name, parent, fit, verbose, init_lines)
-                grid = tuner.fit()
-        except BaseException as exc:  # interrupted (KILLED), or Tune itself failed (FAILED, with its error)
-            interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit)) or bool(received)
-            error = closing.end("KILLED" if interrupted else "FAILED", received.get("signal", "SIGINT"),
-                                failure=None if interrupted else error_text(exc))
-            if error:
-                print(f"raystream: sweep {run_name} {'interrupted' if interrupted else 'failed'}, and the MLflow "
-                      f"tracking store at {uri} does not answer ({error}): the end of the session waits in "
-                      f"{closing.saved}, and is written when the sweep resumes (or by `{events.UPLOAD_COMMAND} "
-                      f"{shlex.quote(closing.saved)}`)", file=sys.stderr, flush=True)
-            raise
-        saved = _saved_trials(path.uri)
-        trials = [_outcome(r, the_plan, saved) for r in grid]
-        status = sweep_status(trials, the_plan.num_trials, signalled=bool(received))
-        evals = sorted({k for t in trials for k in t.metrics if k.startswith(names.EVAL_PREFIX)})
-        error = closing.end(status, received.get("signal", "SIGINT"), trials=trials,
-                            view=view_columns(the_plan, [str(cfg.sweep.metric), *evals]))
-    finally:
-        lock.release()
-    return SweepOutcome(run_name=run_name, path=path.uri, parent_run_id=parent, tracking_uri=uri,
-                        experiment=experiment, resumed=resumed, trials=trials, seconds=time.time() - started,
-                        experiment_id=parent_info.experiment_id, unsent=closing.saved, tracking_error=error or "",
-                        signal=received.get("signal", "SIGINT"), status=status)
-
-
-
-def _store_problems(uri: str) -> List[str]:
-    """The tracking store's problem (unreachable, not writable), or none; a new sqlite store is created here."""
-    try:
-        prepare_store(uri)
-    except TrackingStoreError as exc:
-        return [str(exc)]
-    return []
+        with signals.sigterm_as_sigint(received), _checkpoint_period(cfg.sweep.sync_period_s):
+            resumed, tuner = make_tuner()
+            return resumed, tuner.fit()
+    except BaseException as exc:
+        interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit)) or bool(received)
+        error = closing.end("KILLED" if interrupted else "FAILED", received.get("signal", "SIGINT"),
+                            failure=None if interrupted else error_text(exc))
+        if error:
+            print(f"raystream: sweep {closing.run_name} {'interrupted' if interrupted else 'failed'}, and the "
+                  f"MLflow tracking store at {closing.uri} does not answer ({error}): the end of the session waits "
+                  f"in {closing.saved}, and is written when the sweep resumes (or by `{events.UPLOAD_COMMAND} "
+                  f"{shlex.quote(closing.saved)}`)", file=sys.stderr, flush=True)
+        raise
 
 
 @contextlib.contextmanager
@@ -274,54 +291,6 @@ def _tuner(cfg: DictConfig, the_plan: SweepPlan, path: "results.Storage", storag
 
 
 
-def check_cells(the_plan: SweepPlan, problems: Optional[List[str]] = None) -> List[Optional[str]]:
-    """Before Ray starts, what each trial's `fit` would find only after Ray started, for every cell together: its
-    videos, probe set and evaluation data (`input_problems`), that the videos fill a global batch (each distinct
-    data x stream x workers opened once; the demo videos are generated here), and that each distinct model's start
-    checkpoint fits it. Returns each cell's start-checkpoint line (None for random weights), which its trials log
-    without reading the file again. Each problem is named once with the cells it concerns and added to `problems`;
-    without that list, they are raised together (a ConfigError)."""
-    found: Dict[str, List[str]] = {}  # problem -> the cells it concerns
-    seen = set()
-    init_lines: Dict[str, Optional[str]] = {}
-    for cell in the_plan.cells:
-        c = cell.config
-        key = json.dumps([c["data"], c["stream"], c["trainer"]["num_workers"], c["trainer"]["max_steps"],
-                          c["scenario"]["name"], c["eval"]["dataset"]], sort_keys=True, default=str)
-        cell_problems: List[str] = []
-        init_key = _model_key(c)
-        if init_key not in init_lines:  # each distinct model once: a checkpoint that does not fit it fails here
-            try:
-                init_lines[init_key] = check_backbone_init(structured(c))
-            except ConfigError as exc:
-                init_lines[init_key] = None
-                cell_problems.append(str(exc))
-        if key not in seen:
-            seen.add(key)
-            cfg = structured(c)
-            inputs = input_problems(cfg, store=False)
-            cell_problems += [p for p in inputs if p not in cell_problems]
-            try:
-                if not any("`data.videos`" in p for p in inputs):  # missing videos are named once, above
-                    total_steps(cfg)
-            except (ConfigError, DataError) as exc:
-                cell_problems.append(str(exc))
-        for problem in cell_problems:
-            found.setdefault(problem, []).append(cell.label)
-    named = [f"sweep `{the_plan.name}`, cell{'s' if len(cells) > 1 else ''} {', '.join(cells)}: {problem}"
-             for problem, cells in found.items()]
-    if problems is None:
-        raise_together(named, f"sweep `{the_plan.name}`'s cells")
-    else:
-        problems += named
-    return [init_lines[_model_key(c.config)] for c in the_plan.cells]
-
-
-def _model_key(config: Dict[str, Any]) -> str:
-    """What decides the model a cell builds, and so whether its start checkpoint fits it."""
-    return json.dumps([config["scenario"], config["stream"]], sort_keys=True, default=str)
-
-
 def quiet_optuna() -> None:
     """Optuna logs every trial it creates at INFO; the sweep prints its own progress."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -343,68 +312,6 @@ def _tune_config(cfg: DictConfig, the_plan: SweepPlan):
 
 def _trial_dirname(trial) -> str:
     return f"trial_{trial.trial_id}"
-
-
-def parent_run(uri: str, experiment: str, run_name: str, cfg: DictConfig, the_plan: SweepPlan,
-               meta: Optional[Dict[str, Any]]) -> str:
-    """The sweep's MLflow parent run (`raystream.tracking.parent`): the one recorded beside the experiment when
-    resuming, else a new one carrying `parent_record`."""
-    return open_parent(uri, experiment, parent_record(cfg, the_plan, run_name),
-                       resume_id=(meta or {}).get("parent_run_id"))
-
-
-def parent_record(cfg: DictConfig, the_plan: SweepPlan, run_name: str) -> ParentRecord:
-    """What a new parent run carries: the sweep's name, file, grid, sampled axes and the git commit, its params,
-    the composed config, its cells and the columns of its view."""
-    sweep = cfg.sweep
-    grid = {k: [] for k in the_plan.grid_keys}  # the axes that run (a command-line override collapses one)
-    for cell in the_plan.cells:
-        for k, v in cell.values.items():
-            if v not in grid[k]:
-                grid[k].append(v)
-    tags = {ROLE_TAG: names.ROLE_SWEEP, SWEEP_TAG: the_plan.name, SWEEP_RUN_TAG: run_name,
-            names.GIT_COMMIT_TAG: git_commit(), names.GRID_TAG: json.dumps(grid),
-            names.SAMPLE_TAG: json.dumps({k: sweep.sample[k] for k in the_plan.sample}),
-            names.COMMAND_TAG: " ".join(["raystream", "sweep", *sys.argv[2:]]) if sys.argv[1:2] == ["sweep"]
-            else "raystream.tune.sweep.run_sweep",
-            names.NOTE_TAG: description(sweep.description or f"raystream sweep `{the_plan.name}`", the_plan, grid,
-                                         {k: str(sweep.sample[k]) for k in the_plan.sample})}
-    params = {"sweep.name": the_plan.name, "sweep.num_samples": the_plan.num_samples, "sweep.metric": sweep.metric,
-              "sweep.mode": sweep.mode, "sweep.scheduler": sweep.scheduler, "sweep.trials": the_plan.num_trials,
-              "sweep.cells": len(the_plan.cells)}
-    params.update({f"sweep.grid.{k}": json.dumps(v) for k, v in grid.items()})
-    params.update({f"sweep.sample.{k}": sweep.sample[k] for k in the_plan.sample})
-    params.update({f"sweep.collapsed.{k}": v for k, v in the_plan.collapsed.items()})
-    sweep_file = config_tree.find(f"sweep/{the_plan.name}.yaml")
-    # a sweep given by overrides alone has no file; its composed config follows
-    files = {"sweep": str(sweep_file)} if sweep_file is not None else {}
-    return ParentRecord(run_name=run_name, tags=tags, params=params, view=view_columns(the_plan, [str(sweep.metric)]),
-                        files=files, texts={"sweep/composed_config.yaml": OmegaConf.to_yaml(cfg)},
-                        dicts={"sweep/cells.json": [{"cell": c.index, "values": c.values} for c in the_plan.cells]})
-
-
-def description(text: str, the_plan: SweepPlan, grid: Dict[str, List[Any]], sample: Dict[str, str]) -> str:
-    """The parent run's description in the MLflow UI (markdown): the sweep's own text, then its axes."""
-    example = names.trial_run_name(the_plan.cells[0].values, {k: "…" for k in the_plan.sample}) \
-        if the_plan.cells else "base"
-    lines = [text, "", f"{the_plan.num_trials} trials, named by their grid values (e.g. `{example}`).", "",
-             "Grid (every combination):"]
-    lines += [f"- `{k}`: {', '.join(str(v) for v in values)}" for k, values in grid.items()] or ["- (none)"]
-    if the_plan.sample:
-        lines += ["", f"Sampled by Optuna, {the_plan.num_samples} per combination:"]
-        lines += [f"- `{k}`: {spec}" for k, spec in sample.items()]
-    if the_plan.collapsed:
-        lines += ["", "Set on the command line: " + ", ".join(f"`{k}={v}`" for k, v in the_plan.collapsed.items())]
-    return "\n".join(lines)
-
-
-def view_columns(the_plan: SweepPlan, metrics: Sequence[str]) -> List[str]:
-    """The columns of the sweep's view in the MLflow UI: each grid axis (a config key's param; for a config group
-    axis such as `optimizer`, the `raystream.grid.<group>` tag), each sampled key, then `metrics`."""
-    cols = [ui.column("tags", GRID_TAG_PREFIX + k) if k in GROUPS else ui.column("params", k)
-            for k in the_plan.grid_keys]
-    cols += [ui.column("params", k) for k in the_plan.sample]
-    return cols + [ui.column("metrics", m) for m in dict.fromkeys(metrics)]
 
 
 def _saved_trials(path: str) -> Dict[str, Any]:

@@ -25,7 +25,7 @@ from raystream.config import compose
 from raystream.tracking import names, ui
 from raystream.tracking.store import end_run, prepare_store, start_run
 from raystream.tune.space import plan
-from raystream.tune.sweep import parent_run, view_columns
+from raystream.tune.sweep_run import parent_run, view_columns
 from raystream.tune.trial import trial_tags
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,8 @@ from raystream.tracking.report import build_table, find_parent, write_report
 from raystream.tune.space import plan
 from raystream.train import storage
 from raystream.tracking.parent import ParentClose
-from raystream.tune.sweep import TrialOutcome, parent_run
+from raystream.tune.sweep import TrialOutcome
+from raystream.tune.sweep_run import parent_run
 from raystream.tune.trial import trial_tags
 
 SWEEP = """name: rep

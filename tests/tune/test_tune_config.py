@@ -112,7 +112,7 @@ def test_a_cell_whose_stream_cannot_fill_a_batch_fails_before_ray_starts(tmp_pat
 
 
 def test_max_steps_beyond_the_stream_is_said_before_ray_starts(tmp_path, capsys):
-    from raystream.tune.sweep import check_cells
+    from raystream.tune.cell_checks import check_cells
 
     cfg = compose(["sweep=beta", "trainer.max_steps=100000", f"data.demo.cache_dir={tmp_path}",
                    "data.demo.frames_per_video=60"])
@@ -128,7 +128,7 @@ def test_the_readmes_sweep_commands_pass_every_check_made_before_ray(tmp_path, m
     from pathlib import Path
 
     from raystream.config import ConfigError
-    from raystream.tune.sweep import check_cells
+    from raystream.tune.cell_checks import check_cells
 
     monkeypatch.setenv("RAYSTREAM_CACHE_DIR", str(tmp_path))  # no start made there
     readme = Path(__file__).resolve().parents[2] / "docs" / "sweeps-and-configs.md"

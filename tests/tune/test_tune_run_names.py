@@ -13,7 +13,7 @@ from raystream.config import compose
 from raystream.tracking import names, ui
 from raystream.tracking.store import prepare_store, start_run
 from raystream.tune.space import plan
-from raystream.tune.sweep import parent_run
+from raystream.tune.sweep_run import parent_run
 from raystream.tune.trial import record_failed_trial, trial_tags
 
 UI_NAME_CHARS = 20  # the runs table shows about this many characters of a run name before cutting it

@@ -18,7 +18,8 @@ from raystream.tune.searcher import CELL_KEY
 from raystream.tune.space import plan
 from raystream.train import storage
 from raystream.tracking.parent import ParentClose
-from raystream.tune.sweep import TrialOutcome, _outcome, parent_run, sweep_status
+from raystream.tune.sweep import TrialOutcome, _outcome, sweep_status
+from raystream.tune.sweep_run import parent_run
 from raystream.tune.trial import record_failed_trial, trial_tags
 
 

@@ -148,11 +148,10 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     Returned keys: `loss` (mean over the last report window), `eval/*` (final evaluation and in-stream averages),
     `step`, `steps_done`, `start_step` (step the last attempt started at: > 0 after a restart or resume),
     `mlflow_run_id`, `run_name`, `run_dir`, `checkpoint_path`.
-    Raises ConfigError / DataError before any worker starts (`RunLocked` when another process runs the same run);
-    Ray's TrainingFailedError past `trainer.max_failures`; DivergedError / DiskFull (no retry); `Interrupted` on
-    Ctrl-C or SIGTERM. The same run name and storage path resume from the newest complete checkpoint on storage; a
-    resumed run whose MLflow run is gone says so and tags the new one `raystream.warning`. Whatever stops a run
-    once its MLflow run is open closes that run with the cause in `raystream.error`.
+    Raises ConfigError / DataError before any worker starts (`RunLocked`: another process runs it); Ray's
+    TrainingFailedError past `trainer.max_failures`; DivergedError / DiskFull (no retry); `Interrupted` on Ctrl-C
+    or SIGTERM. The same run name and storage path resume from the newest complete checkpoint on storage (a lost
+    MLflow run is said, the new one tagged `raystream.warning`); whatever stops an open run sets `raystream.error`.
     """
     cfg = copy.deepcopy(cfg)
     name = run_name or cfg.trainer.run_name or default_run_name(cfg)

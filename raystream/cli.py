@@ -95,6 +95,17 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("file", help="the record (path or URI) the run or sweep printed, or a run directory")
     u.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the one in the record)")
 
+    data_parsers = _add_data_commands(sub)
+    bench = _add_bench(sub)
+    for composing in (sub.choices["train"], sub.choices["sweep"], ps, e, *data_parsers, bench):
+        composing.add_argument("--config-dir", action="append", default=[], metavar="DIR",
+                               help="a directory of your own config files, searched after the shipped tree (as "
+                                    "Hydra's --config-dir; repeatable; also $RAYSTREAM_CONFIG_DIR)")
+    return p
+
+
+def _add_data_commands(sub) -> List[argparse.ArgumentParser]:
+    """`raystream data inspect | make-demo | index | correlation`; returns the parsers that compose a config."""
     d = sub.add_parser("data", help="demo videos and stream inspection")
     dsub = d.add_subparsers(dest="data_command", required=True)
     i = dsub.add_parser("inspect", help="print one JSON object per global batch (or per step and rank)")
@@ -119,6 +130,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--micro-batch", type=int, default=None, help="clips per forward pass: memory is one "
                    "micro-batch's (default: trainer.correlation_micro_batch, else the per-worker training batch)")
 
+    return [i, m, x, c]
+
+
+def _add_bench(sub) -> argparse.ArgumentParser:
+    """`raystream bench [--eval | --decoders]`: what this node does, without Ray or MLflow."""
     b = sub.add_parser("bench", help="what this node does with the configured experiment: from-memory vs live "
                                      "steps/s, decode workers needed, optimizer step, peak memory (no Ray)")
     b.add_argument("overrides", nargs="*")
@@ -135,11 +151,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--decoders", action="store_true",
                    help="frames/s of the stream with each installed decoder (torchcodec CPU and CUDA, decord, PyAV), "
                         "1 and 2 decode workers, on a demo video and a 1080p H.264 file; no experiment config used")
-    for composing in (sub.choices["train"], sub.choices["sweep"], ps, e, i, m, x, c, b):
-        composing.add_argument("--config-dir", action="append", default=[], metavar="DIR",
-                               help="a directory of your own config files, searched after the shipped tree (as "
-                                    "Hydra's --config-dir; repeatable; also $RAYSTREAM_CONFIG_DIR)")
-    return p
+    return b
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -187,20 +199,30 @@ def _dispatch(args: argparse.Namespace) -> int:
         return eval_main(cfg, args.target, overrides=args.overrides)
     if args.command == "sweep":  # run_sweep checks the tracking store and every cell before Ray starts
         return sweep_main(cfg, overrides=args.overrides, verbose=args.verbose)
-    if args.command == "bench" and args.eval:
+    if args.command == "bench":
+        return _bench(args, cfg)
+    return _data(args, cfg)
+
+
+def _bench(args: argparse.Namespace, cfg) -> int:
+    """`raystream bench`: an evaluation worker's rates (--eval), the decoders (--decoders), or the experiment."""
+    if args.eval:
         from raystream.bench.eval_rates import main as eval_rates_main  # lazy: see _dispatch
 
         return eval_rates_main([*(["--device", args.device] if args.device else []),
                                 *(["--json", args.json] if args.json else [])])
-    if args.command == "bench" and args.decoders:
+    if args.decoders:
         from raystream.bench.decoders import main as decoders_main  # lazy: see _dispatch
 
         return decoders_main([*(["--json", args.json] if args.json else [])])
-    if args.command == "bench":
-        from raystream.bench.main import main as bench_main  # lazy: see _dispatch
+    from raystream.bench.main import main as bench_main  # lazy: see _dispatch
 
-        return bench_main(cfg, device=args.device, steps=args.steps, json_path=args.json,
-                          time_budget=args.time_budget, compile=args.compile, overrides=args.overrides)
+    return bench_main(cfg, device=args.device, steps=args.steps, json_path=args.json,
+                      time_budget=args.time_budget, compile=args.compile, overrides=args.overrides)
+
+
+def _data(args: argparse.Namespace, cfg) -> int:
+    """`raystream data inspect | index | correlation | make-demo`."""
     if args.data_command == "inspect":
         from raystream.data.stream.inspect import main as inspect_main  # lazy: see _dispatch
 

@@ -17,117 +17,24 @@ each row's weights moved; a sweep over `optimizer.lr` also gets each metric at m
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
-import re
 import sys
-from collections import OrderedDict, defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import raystream.tracking.names as names
 from raystream.tracking import matched
 from raystream.tracking.names import (CORRELATION_PREFIX, ERROR_TAG, GRAD_COS_MEAN, GRID_TAG_PREFIX, ROLE_TAG,
                                       SAMPLE_TAG_PREFIX, TRIALS_ARTIFACT, is_seed_key)
+from raystream.tracking.report_plots import plot_grad_cos, plot_grad_cos_curves, plot_vs_axes, slug
+from raystream.tracking.report_table import OPTIMIZER_PARAM, Row, Table, Trial, is_number
 from raystream.tracking.store import TrackingStoreError, prepare_store
 from raystream.tracking.store import client as store_client
 from raystream.tracking.store import tracking_uri as default_uri
 
-OPTIMIZER_PARAM = "optimizer.name"  # the config key, logged as a param of every run
 PROGRESS_BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-
-
-@dataclass
-class Trial:
-    run_id: str
-    trial_id: str
-    status: str
-    grid: Dict[str, str]
-    sample: Dict[str, float]
-    metrics: Dict[str, float]
-    optimizer: str
-    start_time: int = 0
-
-
-@dataclass
-class Row:
-    key: Tuple[str, ...]  # values of the row axes
-    trials: List[Trial]  # the chosen trial of each replicate
-    failed: int = 0
-
-    def values(self, metric: str) -> List[float]:
-        return [t.metrics[metric] for t in self.trials if metric in t.metrics and math.isfinite(t.metrics[metric])]
-
-
-@dataclass
-class Table:
-    sweep: str
-    parent_run_id: str
-    row_axes: List[str]
-    seed_axes: List[str]
-    sample_axes: List[str]
-    metrics: List[str]
-    rows: List[Row]
-    metric: str = "loss"
-    mode: str = "min"
-    failures: List[Tuple[str, str]] = field(default_factory=list)  # (trial id, reason)
-
-    def to_markdown(self) -> str:
-        """The table in Markdown: a path value shows its last part (the CSV keeps it whole)."""
-        header = [*self.row_axes, "n", *self.sample_axes, *map(names.report_column, self.metrics)]
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        for row in self.rows:
-            cells = [names.path_tail(v) for v in row.key]
-            cells += [str(len(row.trials)) + (f" ({row.failed} failed)" if row.failed else "")]
-            cells += [_fmt_mean_std([t.sample[k] for t in row.trials if k in t.sample], sci=True)
-                      for k in self.sample_axes]
-            cells += [_fmt_mean_std(row.values(m)) for m in self.metrics]
-            lines.append("| " + " | ".join(cells) + " |")
-        title = f"sweep `{self.sweep}` (MLflow parent run {self.parent_run_id}); mean ± std over " \
-                f"{', '.join(self.seed_axes) or 'trials'}"
-        text = title + "\n\n" + "\n".join(lines) + "\n"
-        if self.failures:
-            text += "\nfailed trials:\n" + "".join(f"- {tid}: {why}\n" for tid, why in self.failures)
-        return text
-
-    def write_csv(self, path: Path) -> None:
-        with open(path, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow([*self.row_axes, "n", "failed", *self.sample_axes,
-                        *[f"{names.report_column(m)}_{s}" for m in self.metrics for s in ("mean", "std")]])
-            for row in self.rows:
-                out: List[Any] = [*row.key, len(row.trials), row.failed]
-                out += [_mean([t.sample[k] for t in row.trials if k in t.sample]) for k in self.sample_axes]
-                for m in self.metrics:
-                    vals = row.values(m)
-                    out += [_mean(vals), _std(vals)]
-                w.writerow(["" if v is None else v for v in out])
-
-
-def _mean(vals: Sequence[float]) -> Optional[float]:
-    return sum(vals) / len(vals) if vals else None
-
-
-def _std(vals: Sequence[float]) -> Optional[float]:
-    if len(vals) < 2:
-        return 0.0 if vals else None
-    m = _mean(vals)
-    return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
-
-
-def _fmt(v: float, sci: bool = False) -> str:
-    return f"{v:.2e}" if sci or (v != 0 and (abs(v) >= 1e4 or abs(v) < 1e-3)) else f"{v:.4f}"
-
-
-def _fmt_mean_std(vals: Sequence[float], sci: bool = False) -> str:
-    if not vals:
-        return "-"
-    if len(vals) == 1:
-        return _fmt(vals[0], sci)
-    return f"{_fmt(_mean(vals), sci)} ± {_fmt(_std(vals), sci)}"
 
 
 def _client(tracking_uri: Optional[str]):
@@ -202,7 +109,7 @@ def load_trials(client, parent_run) -> List[Trial]:
             run_id=r.info.run_id, trial_id=tags.get(names.TRIAL_TAG, r.info.run_id), status=r.info.status,
             grid={k[len(GRID_TAG_PREFIX):]: v for k, v in tags.items() if k.startswith(GRID_TAG_PREFIX)},
             sample={k[len(SAMPLE_TAG_PREFIX):]: float(v) for k, v in tags.items()
-                    if k.startswith(SAMPLE_TAG_PREFIX) and _is_number(v)},
+                    if k.startswith(SAMPLE_TAG_PREFIX) and is_number(v)},
             metrics=names.current_names(r.data.metrics), optimizer=r.data.params.get(OPTIMIZER_PARAM, "?"),
             start_time=r.info.start_time or 0)
         old = by_trial.get(trial.trial_id)
@@ -210,14 +117,6 @@ def load_trials(client, parent_run) -> List[Trial]:
         if old is None or rank > (old.status == "FINISHED", old.start_time):
             by_trial[trial.trial_id] = trial
     return list(by_trial.values())
-
-
-def _is_number(v: str) -> bool:
-    try:
-        float(v)
-        return True
-    except ValueError:
-        return False
 
 
 def build_table(client, parent_run) -> Table:
@@ -301,123 +200,10 @@ def _better(a: float, b: float, mode: str) -> bool:
     return a < b if mode == "min" else a > b
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")
-
-
-def plot_vs_axes(table: Table, out: Path) -> List[Path]:
-    """Each metric against each numeric row axis (e.g. orth_beta, batch size), one line per other-axes combo."""
-    import matplotlib  # lazy: matplotlib only when a report writes plots
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: after the backend is chosen
-
-    files = []
-    for ai, axis in enumerate(table.row_axes):
-        if not all(_is_number(r.key[ai]) for r in table.rows) or len({r.key[ai] for r in table.rows}) < 2:
-            continue
-        for metric in table.metrics:
-            lines: Dict[Tuple[str, ...], List[Tuple[float, float, float]]] = OrderedDict()
-            for r in table.rows:
-                vals = r.values(metric)
-                if vals:
-                    other = tuple(v for j, v in enumerate(r.key) if j != ai)
-                    lines.setdefault(other, []).append((float(r.key[ai]), _mean(vals), _std(vals) or 0.0))
-            if not lines:
-                continue
-            fig, ax = plt.subplots(figsize=(5, 3.5))
-            others = [a for j, a in enumerate(table.row_axes) if j != ai]
-            for other, pts in lines.items():
-                pts.sort()
-                label = ", ".join(f"{a}={v}" for a, v in zip(others, other)) or metric
-                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
-                            capsize=3, label=label)
-            ax.set_xlabel(axis)
-            ax.set_ylabel(names.report_column(metric))
-            if axis.endswith("batch_size"):
-                ax.set_xscale("log", base=2)
-            ax.set_title(f"{names.report_column(metric)} vs {axis}")
-            ax.legend(fontsize=7)
-            fig.tight_layout()
-            path = out / f"{_slug(names.report_column(metric))}_vs_{_slug(axis)}.png"
-            fig.savefig(path, dpi=100)
-            plt.close(fig)
-            files.append(path)
-    return files
-
-
-def plot_grad_cos(client, trials: List[Trial], out: Path) -> Optional[Path]:
-    """Histogram of the per-step cosine between consecutive raw gradients, one per optimizer."""
-    import matplotlib  # lazy: matplotlib only when a report writes plots
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: after the backend is chosen
-
-    values: Dict[str, List[float]] = defaultdict(list)
-    for t in trials:
-        if t.status == "FINISHED":
-            values[t.grid.get(OPTIMIZER_PARAM, t.optimizer)] += [
-                m.value for m in client.get_metric_history(t.run_id, names.GRAD_COS_PREV) if math.isfinite(m.value)]
-    values = {k: v for k, v in values.items() if v}
-    if not values:
-        return None
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for name, vals in sorted(values.items()):
-        ax.hist(vals, bins=40, range=(-1, 1), alpha=0.5, density=True, label=f"{name} (n={len(vals)})")
-    ax.set_xlabel("cos(g_t, g_t-1)")
-    ax.set_ylabel("density")
-    ax.set_title("gradient cosine between consecutive steps")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "grad_cos_hist.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
-def plot_grad_cos_curves(client, table: Table, out: Path) -> Optional[Path]:
-    """The paper's Figure 1 per table row: grad_cos_prev over steps, averaged over the row's seeds (a running mean
-    over 9 steps smooths the step-to-step sawtooth), one line per row (e.g. optimizer x order), labelled as the
-    trials' run names shorten the row's values (`table1_start, orth_adamw, time`)."""
-    import matplotlib  # lazy: matplotlib only when a report writes plots
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: after the backend is chosen
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    drawn = 0
-    for row in table.rows:
-        per_step: Dict[int, List[float]] = defaultdict(list)
-        for t in row.trials:
-            for m in client.get_metric_history(t.run_id, names.GRAD_COS_PREV):
-                if math.isfinite(m.value):
-                    per_step[int(m.step)].append(m.value)
-        if not per_step:
-            continue
-        steps = sorted(per_step)
-        mean = [sum(per_step[s]) / len(per_step[s]) for s in steps]
-        smooth = [sum(mean[max(0, i - 4):i + 5]) / len(mean[max(0, i - 4):i + 5]) for i in range(len(mean))]
-        label = ", ".join(names.short_value(a, v) for a, v in zip(table.row_axes, row.key))
-        ax.plot(steps, smooth, lw=1, label=label)
-        drawn += 1
-    if not drawn:
-        plt.close(fig)
-        return None
-    ax.axhline(0.0, color="grey", lw=0.5)
-    ax.set(xlabel="step", ylabel="cos(g_t, g_t-1)", ylim=(-1.05, 1.05),
-           title="gradient cosine between consecutive steps (mean over seeds)")
-    ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    path = out / "grad_cos_curves.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
-
-
 def write_report(client, parent_run, out: Optional[str] = None) -> Tuple[Table, List[Path]]:
     """Build the table, write report.md / report.csv / plots under `out`, and log them on the parent run."""
     table = build_table(client, parent_run)
-    out_dir = Path(out) if out else Path("reports") / _slug(table.sweep)
+    out_dir = Path(out) if out else Path("reports") / slug(table.sweep)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, csv_path = out_dir / "report.md", out_dir / "report.csv"
     md.write_text(table.to_markdown())

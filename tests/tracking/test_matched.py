@@ -6,7 +6,7 @@ import math
 import pytest
 
 from raystream.tracking import matched
-from raystream.tracking.report import Row, Table, Trial
+from raystream.tracking.report_table import Row, Table, Trial
 
 AXES = ["optimizer", "optimizer.lr"]
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import raystream.tracking.names as names
+from raystream.tracking.plots import save
 
 LR_AXIS = "optimizer.lr"
 MATCHED_POINTS = 5  # common drift values per table
@@ -184,12 +185,7 @@ def plot(table, out: Path) -> List[Path]:
         ax.set_xscale("log")
         column = names.report_column(metric)
         ax.set(xlabel=f"{key} (||θ - θ_0|| / ||θ_0||)", ylabel=column, title=f"{column} at matched drift (points: lr)")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out / f"{column.replace('/', '_')}_vs_drift.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        files.append(path)
+        files.append(save(fig, ax, out / f"{column.replace('/', '_')}_vs_drift.png"))
     return files
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import raystream.tracking.names as names
+from raystream.tracking.plots import save
 from raystream.tracking.report_table import OPTIMIZER_PARAM, Table, Trial, is_number, mean, std
 
 
@@ -51,12 +52,7 @@ def plot_vs_axes(table: Table, out: Path) -> List[Path]:
             if axis.endswith("batch_size"):
                 ax.set_xscale("log", base=2)
             ax.set_title(f"{names.report_column(metric)} vs {axis}")
-            ax.legend(fontsize=7)
-            fig.tight_layout()
-            path = out / f"{slug(names.report_column(metric))}_vs_{slug(axis)}.png"
-            fig.savefig(path, dpi=100)
-            plt.close(fig)
-            files.append(path)
+            files.append(save(fig, ax, out / f"{slug(names.report_column(metric))}_vs_{slug(axis)}.png"))
     return files
 
 
@@ -81,12 +77,7 @@ def plot_grad_cos(client, trials: List[Trial], out: Path) -> Optional[Path]:
     ax.set_xlabel("cos(g_t, g_t-1)")
     ax.set_ylabel("density")
     ax.set_title("gradient cosine between consecutive steps")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "grad_cos_hist.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, ax, out / "grad_cos_hist.png")
 
 
 def plot_grad_cos_curves(client, table: Table, out: Path) -> Optional[Path]:
@@ -120,9 +111,4 @@ def plot_grad_cos_curves(client, table: Table, out: Path) -> Optional[Path]:
     ax.axhline(0.0, color="grey", lw=0.5)
     ax.set(xlabel="step", ylabel="cos(g_t, g_t-1)", ylim=(-1.05, 1.05),
            title="gradient cosine between consecutive steps (mean over seeds)")
-    ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    path = out / "grad_cos_curves.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, ax, out / "grad_cos_curves.png", legend_loc="lower left")

@@ -46,7 +46,7 @@ from raystream.train.capacity import cluster_capacity
 from raystream.train.checkpoint import MODEL_FILE
 from raystream.train.eval_target import EvalTarget, features_uri, instead, resolve, run_config
 from raystream.train.evaluator import Evaluator, StoredFeatures
-from raystream.train.loop import typed_config
+from raystream.train.worker import typed_config
 from raystream.train.preflight import check_local_cpus, check_resources
 from raystream.train.ray_start import start_ray
 from raystream.train.run import collective_config

@@ -1,6 +1,6 @@
 """The per-worker training loop that Ray Train runs on every worker (`train_loop_per_worker`), in three pieces:
 
-    setup    (`Worker.build`)  the typed config, the scenario, this worker's shard of the clip stream
+    setup    (`Worker.build`, worker.py) the typed config, the scenario, this worker's shard of the clip stream
              (`build_stream(..., rank, world_size)`: batch size `stream.batch_size // world_size`), the model under
              DDP, the optimizer over the model's two param groups (`raystream.optim.param_groups`), the schedules;
     restore  (`restore`)       the newest checkpoint (Ray Train's, or the newer complete one the driver found on
@@ -33,122 +33,26 @@ After a machine fault Ray Train restarts the workers and the stream resumes at t
 
 from __future__ import annotations
 
-import logging
-import random
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
-import numpy as np
 import ray.train
-import ray.train.torch
 import torch
-from omegaconf import DictConfig, OmegaConf
 
-from raystream.config import RunConfig
-from raystream.data import DeviceStream, build_stream
-from raystream.eval.shard import Shard
-from raystream.models import build_scenario
-from raystream.models.scenario import unwrap
-from raystream.optim import GradCosineTracker, build_optimizer, param_groups
-from raystream.tracking import StepLogger, names
 from raystream import diskspace
+from raystream.eval.shard import Shard
+from raystream.tracking import StepLogger, names
 from raystream.train import checkpoint, divergence, faults, persist
 from raystream.train.correlation import figures, measure_model, not_measured, per_worker_batch
-from raystream.train.drift import Drift
 from raystream.train.evaluator import Evaluator, rng_kept
 from raystream.train.node_metrics import start_node_monitor
 from raystream.train.progress import Progress
-from raystream.train.schedule import Schedules
-from raystream.train.step import autocast_for, forward_backward, optimizer_update
+from raystream.train.step import forward_backward, optimizer_update
+from raystream.train.worker import Worker
 from raystream.train.window import StepWindow, finite_check_values, read_back_due
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def typed_config(plain: Dict[str, Any]) -> DictConfig:
-    """The run config the driver sent as a plain dict, re-typed with the schema it was composed on (`RunConfig`)."""
-    return OmegaConf.merge(OmegaConf.structured(RunConfig), plain)
-
-
-def _quiet_ray_train(level: str) -> None:
-    """Apply `trainer.ray_log_level` to Ray Train's worker-side loggers (one INFO line per report otherwise).
-    Some of them are named by file path (`logging.getLogger(__file__)`), outside the `ray.train` hierarchy."""
-    for name in ["ray.train", *list(logging.root.manager.loggerDict)]:
-        if name == "ray.train" or name.startswith("ray.train.") or "/ray/train/" in name.replace("\\", "/"):
-            logging.getLogger(name).setLevel(level)
-
-
-@dataclass
-class Worker:
-    """What one worker trains with; built once per (re)start by `Worker.build`."""
-
-    cfg: DictConfig
-    run: Dict[str, Any]  # from the driver: run_name, total_steps, tracking_uri, mlflow_run_id, resume_from, hooks
-    rank: int
-    world: int
-    device: torch.device
-    scenario: Any
-    stream: Any
-    model: torch.nn.Module  # as Ray Train prepared it (DDP when world > 1)
-    net: torch.nn.Module  # the model itself (what is checkpointed and evaluated)
-    params: List[torch.Tensor]
-    optimizer: torch.optim.Optimizer
-    schedules: Schedules
-    cosines: Any  # what gives grad_cos_prev: the optimizer (its diagnostics), a GradCosineTracker, or None
-    autocast: Callable[[], ContextManager]
-    drift: Optional[Drift] = None  # rank 0: the start (θ_0) on the host, for drift/* at evaluations
-
-    @property
-    def total(self) -> int:
-        return int(self.run["total_steps"])
-
-    @classmethod
-    def build(cls, config: Dict[str, Any]) -> "Worker":
-        """The worker Ray Train runs: its rank, world size and device from Ray Train's context, the model under
-        `ray.train.torch.prepare_model` (DDP when world > 1)."""
-        cfg = typed_config(config["cfg"])
-        _quiet_ray_train(cfg.trainer.ray_log_level)
-        ctx = ray.train.get_context()
-        ddp_kwargs = {"find_unused_parameters": cfg.trainer.find_unused_parameters}
-        return cls.assemble(cfg, config["run"], ctx.get_world_rank(), ctx.get_world_size(),
-                            ray.train.torch.get_device(),
-                            lambda m: ray.train.torch.prepare_model(m, parallel_strategy_kwargs=ddp_kwargs))
-
-    @classmethod
-    def assemble(cls, cfg: DictConfig, run: Dict[str, Any], rank: int, world: int, device: torch.device,
-                 prepare: Callable[[torch.nn.Module], torch.nn.Module]) -> "Worker":
-        """The worker of `rank` in `world` on `device`; `prepare` puts the model on the device (and under DDP).
-        Without Ray, a test builds rank 0 of one worker this way."""
-        tcfg = cfg.trainer
-        torch.set_num_threads(max(1, int(tcfg.cpus_per_worker)))
-        seed_everything(tcfg.seed)
-        total = int(run["total_steps"])
-
-        scenario = build_scenario(cfg.scenario, cfg.stream, seed=tcfg.seed)
-        scenario.set_total_steps(total)  # schedules inside the scenario (DoRA's teacher momentum)
-        # uint8 until the device, copied ahead of the step (pinned memory and a side stream on CUDA)
-        stream = DeviceStream(build_stream(cfg.data, cfg.stream, rank=rank, world_size=world), device)
-        model = prepare(scenario.model)
-        net = unwrap(model)
-        groups = param_groups(net, cfg.optimizer)
-        params = [p for group in groups for p in group["params"]]
-        optimizer = build_optimizer(groups, cfg.optimizer, diagnostics=True, total_steps=total)
-        drift = Drift.of(params, scenario.drift_modules(net)) if rank == 0 else None  # before any restore
-        # Optimizers with their own diagnostics (the orthogonal and slower ones) compute grad_cos_prev inside their
-        # step, on every rank; for plain torch ones rank 0 tracks it.
-        cosines = optimizer if hasattr(optimizer, "diagnostics") else (
-            GradCosineTracker(params) if rank == 0 else None)
-        return cls(cfg=cfg, run=run, rank=rank, world=world, device=device, scenario=scenario, stream=stream,
-                   model=model, net=net, params=params, optimizer=optimizer,
-                   schedules=Schedules(cfg.optimizer, total), cosines=cosines,
-                   autocast=autocast_for(tcfg, device), drift=drift)
 
 
 @dataclass

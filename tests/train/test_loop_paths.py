@@ -13,7 +13,8 @@ import torch
 
 from raystream.tracking import client as make_client
 from raystream.train.divergence import DivergedError, check_finite, raise_if_diverged
-from raystream.train.loop import autocast_for, typed_config
+from raystream.train.step import autocast_for
+from raystream.train.worker import typed_config
 
 
 def test_check_finite_names_the_step_and_the_value():
@@ -92,7 +93,7 @@ def test_bf16_autocast_runs_on_cpu_through_the_loop(ray_cluster, tiny, workdir):
 
     from raystream.data import build_stream
     from raystream.models import build_scenario
-    from raystream.train.loop import seed_everything
+    from raystream.train.worker import seed_everything
 
     cfg = tiny()
     seed_everything(cfg.trainer.seed)  # as the loop builds step 0, in fp32

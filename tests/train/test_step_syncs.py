@@ -13,7 +13,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from raystream.tracking import client as make_client
 from raystream.train.divergence import DivergedError
-from raystream.train.loop import LoopState, Records, Worker, train_steps
+from raystream.train.loop import LoopState, Records, train_steps
+from raystream.train.worker import Worker
 from raystream.train.window import READ_BACK
 
 SYNCS = ("aten::item", "aten::_local_scalar_dense")  # a host read of a tensor (float(), .item())

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Type
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Type
 
 from raystream.checks import PATH_NAME, is_path_name
 from raystream.tracking.names import is_seed_key
@@ -113,6 +113,13 @@ def check_sweep(sweep: Mapping[str, Any], error: Type[Exception] = ValueError) -
         raise error(f"sweep `{sweep.get('name')}` (sweeps/sweep/{sweep.get('name')}.yaml): config key `sweep.{key}` "
                     f"= {value!r}: expected {expected}")
 
+    _check_axes(sweep, fail)
+    _check_settings(sweep, fail)
+    return True
+
+
+def _check_axes(sweep: Mapping[str, Any], fail: Callable[[str, Any, str], None]) -> None:
+    """`sweep.grid`, `sweep.exclude`, `sweep.sample` and `sweep.fixed`: their keys and values."""
     grid = sweep.get("grid") or {}
     sample = sweep.get("sample") or {}
     fixed = sweep.get("fixed") or {}
@@ -147,6 +154,10 @@ def check_sweep(sweep: Mapping[str, Any], error: Type[Exception] = ValueError) -
             fail(f"fixed.{key}", fixed[key], "a key that is not also a grid or sample axis")
         if key.split(".")[0] == "sweep":
             fail(f"fixed.{key}", fixed[key], "a key outside sweep.*")
+
+
+def _check_settings(sweep: Mapping[str, Any], fail: Callable[[str, Any, str], None]) -> None:
+    """The sweep's settings: samples, metric and mode, scheduler, sync period, run name, concurrency."""
     if sweep.get("num_samples", 1) < 1:
         fail("num_samples", sweep.get("num_samples"), "an integer >= 1")
     if sweep.get("mode") not in ("min", "max"):
@@ -164,10 +175,9 @@ def check_sweep(sweep: Mapping[str, Any], error: Type[Exception] = ValueError) -
     mct = sweep.get("max_concurrent_trials")
     if mct is not None and mct < 1:
         fail("max_concurrent_trials", mct, "null (from the cluster's resources) or an integer >= 1")
-    if sweep.get("num_samples", 1) > 1 and not sample and not any(is_seed_key(k) for k in grid):
+    if sweep.get("num_samples", 1) > 1 and not sweep.get("sample") and not any(is_seed_key(k) for k in sweep.get("grid") or {}):
         fail("num_samples", sweep.get("num_samples"),
              "1 when the sweep has no `sample` axes (repeat runs with a seed axis, e.g. grid.trainer.seed)")
     if sweep.get("scheduler") == "asha" and str(sweep.get("metric", "")).startswith("eval/"):
         fail("metric", sweep.get("metric"), "a per-step metric (e.g. loss) when scheduler is asha: eval/* is "
              "measured only at the end of a run")
-    return True

@@ -22,7 +22,7 @@ nothing is encoded for them.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -118,15 +118,7 @@ def probe_metrics(encode: Encode, probe: Any, eval_cfg: EvalConfig, device: Opti
     """The probe metrics in `eval_cfg.metrics` of `eval_cfg.protocol` on `probe` (a ProbeSource, or a
     data.ProbeSet); `num_heads`: the encoder's attention heads (the attentive probe's). With a `shard` of several
     ranks, every rank calls this at once and gets the same metrics."""
-    protocol = str(eval_cfg.protocol)
-    metrics = [str(m) for m in eval_cfg.metrics]
-    allowed = PROTOCOL_METRICS.get(protocol)
-    if allowed is None:
-        raise ValueError(f"eval.protocol = {protocol!r}: expected one of {list(PROTOCOL_METRICS)}")
-    unknown = [m for m in metrics if m not in allowed]
-    if unknown:
-        raise ValueError(f"eval.metrics has {unknown}: expected a subset of {list(allowed)} "
-                         f"(eval.protocol = {protocol})")
+    protocol, metrics = _protocol_and_metrics(eval_cfg)
     if not metrics:
         return {}
     source = probe if isinstance(probe, ProbeSource) else tensor_source(probe)
@@ -164,6 +156,28 @@ def probe_metrics(encode: Encode, probe: Any, eval_cfg: EvalConfig, device: Opti
             out["eval/attentive_top1"] = attentive_probe_top1(t_train, y_train, t_test, y_test, classes,
                                                               num_heads=num_heads, device=f_train.device, **same_way)
         return out
+    return {**out, **_default_protocol(metrics, eval_cfg, feats, y_train, y_test, classes, num_heads, shard)}
+
+
+def _protocol_and_metrics(eval_cfg: EvalConfig) -> Tuple[str, List[str]]:
+    """`eval.protocol` and `eval.metrics`, checked: a known protocol, metrics it measures."""
+    protocol = str(eval_cfg.protocol)
+    metrics = [str(m) for m in eval_cfg.metrics]
+    allowed = PROTOCOL_METRICS.get(protocol)
+    if allowed is None:
+        raise ValueError(f"eval.protocol = {protocol!r}: expected one of {list(PROTOCOL_METRICS)}")
+    unknown = [m for m in metrics if m not in allowed]
+    if unknown:
+        raise ValueError(f"eval.metrics has {unknown}: expected a subset of {list(allowed)} "
+                         f"(eval.protocol = {protocol})")
+    return protocol, metrics
+
+
+def _default_protocol(metrics: List[str], eval_cfg: EvalConfig, feats: Dict[str, torch.Tensor], y_train, y_test,
+                      classes: int, num_heads: Optional[int], shard: Shard) -> Dict[str, float]:
+    """The default protocol's linear and attentive probes (its kNN is measured with the others')."""
+    f_train, t_train, f_test, t_test = (feats[k] for k in FEATURE_KEYS)
+    seed, out = int(eval_cfg.seed), {}
     if "linear" in metrics:
         out["eval/linear_top1"] = linear_probe_top1(
             f_train, y_train, f_test, y_test, classes, epochs=int(eval_cfg.probe_epochs),
@@ -174,8 +188,8 @@ def probe_metrics(encode: Encode, probe: Any, eval_cfg: EvalConfig, device: Opti
         out["eval/attentive_top1"] = attentive_probe_top1(
             t_train, y_train, t_test, y_test, classes, epochs=int(eval_cfg.attentive_epochs),
             iterations=eval_cfg.attentive_iterations, lr=float(eval_cfg.attentive_lr),
-            batch_size=int(eval_cfg.attentive_batch_size or batch), num_heads=num_heads, seed=seed,
-            device=f_train.device, shard=shard)
+            batch_size=int(eval_cfg.attentive_batch_size or eval_cfg.batch_size), num_heads=num_heads,
+            seed=seed, device=f_train.device, shard=shard)
     return out
 
 

@@ -15,7 +15,6 @@ changes much less than the wall time). Decoders are compared within one run: the
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -25,6 +24,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from raystream.bench.report import write_json
 from raystream.data.config import DataConfig, DemoConfig, StreamConfig
 from raystream.data.decode.backends import installed_decoders
 from raystream.data.decode.torchcodec_reader import cuda_unavailable
@@ -128,8 +128,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         result = measure(Path(tmp), args.frames_1080p, args.repeat)
     print_table(result)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(result, args.json)
     return 0
 
 

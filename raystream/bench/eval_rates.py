@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import statistics
 import sys
 import time
@@ -38,6 +37,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from raystream.bench.report import write_json
 from raystream.eval.attentive import AttentiveClassifier
 from raystream.eval.views import image_view
 from raystream.models.vit import VisionTransformer
@@ -161,8 +161,7 @@ def main(argv=None) -> int:
     print(f"  V-JEPA protocol, ViT-B, SSv2:    encode {v['encode']:12.1f}  + attentive probe "
           f"{v['attentive_probe']:.1f}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(result, args.json)
     return 0
 
 

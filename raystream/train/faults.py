@@ -28,7 +28,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, Iterator, Optional
 
 from raystream.train import persist
 
@@ -66,6 +66,21 @@ def from_env(run_dir_local: Optional[str], run_name: str) -> Dict[str, Any]:
     if os.environ.get("RAYSTREAM_EVAL_DELAY_S"):
         hooks["eval_delay_s"] = float(os.environ["RAYSTREAM_EVAL_DELAY_S"])
     return hooks
+
+
+def around_steps(batches: Iterable, hooks: Optional[Dict[str, Any]], rank: int, total: int) -> Iterable:
+    """`batches` with the hooks applied before each of the run's steps reaches the loop: the training step itself
+    carries no test code; without hooks (every run but a test's) the batches as they are."""
+    if not hooks:
+        return batches
+
+    def hooked() -> Iterator:
+        for batch in batches:
+            if int(batch.step) < total:
+                before_step(hooks, int(batch.step), rank)
+            yield batch
+
+    return hooked()
 
 
 def before_step(hooks: Dict[str, Any], step: int, rank: int) -> None:

@@ -130,7 +130,6 @@ def train_step(w: Worker, batch, t: int) -> Tuple[Dict[str, torch.Tensor], Dict[
     """Train global step t on this worker's shard `batch`. Returns its values for a `StepWindow`, read nothing
     back: (loss and in-stream metrics, to average over the workers; this worker's gradient norm, grad_cos_prev and
     the optimizer's diagnostics (rank 0), as device tensors; lr and wd as floats)."""
-    faults.before_step(w.run.get("hooks", {}), t, w.rank)
     host = w.schedules.apply(w.optimizer, t)
     out, grad_norm = forward_backward(w.model, w.optimizer, w.params, batch.model_inputs(w.device), w.autocast,
                                       w.cfg.optimizer.grad_clip)
@@ -326,7 +325,8 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         if w.run.get("measure_correlation") and state.next_step == 0:  # a fresh run, not a resume
             measure_correlation(w, records)
         phases["correlation"] = time.perf_counter() - began - phases["start"]
-        stopped = train_steps(w, state, records, w.stream)
+        batches = faults.around_steps(w.stream, w.run.get("hooks"), w.rank, w.total)  # a test's hooks, if any
+        stopped = train_steps(w, state, records, batches)
         if isinstance(stopped, diskspace.DiskFull):
             raise stopped
         phases["steps"] = (time.perf_counter() - began - phases["start"] - phases["correlation"]

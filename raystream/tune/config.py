@@ -175,7 +175,8 @@ def _check_settings(sweep: Mapping[str, Any], fail: Callable[[str, Any, str], No
     mct = sweep.get("max_concurrent_trials")
     if mct is not None and mct < 1:
         fail("max_concurrent_trials", mct, "null (from the cluster's resources) or an integer >= 1")
-    if sweep.get("num_samples", 1) > 1 and not sweep.get("sample") and not any(is_seed_key(k) for k in sweep.get("grid") or {}):
+    seeded = any(is_seed_key(k) for k in sweep.get("grid") or {})
+    if sweep.get("num_samples", 1) > 1 and not sweep.get("sample") and not seeded:
         fail("num_samples", sweep.get("num_samples"),
              "1 when the sweep has no `sample` axes (repeat runs with a seed axis, e.g. grid.trainer.seed)")
     if sweep.get("scheduler") == "asha" and str(sweep.get("metric", "")).startswith("eval/"):

@@ -234,7 +234,8 @@ def _child_main() -> None:
     decoder, candidates = sys.argv[1], sys.argv[2:]
     # import PyAV and the first decoder that loads before the first file's clock starts; auto's later ones load
     # when a file first needs them, and the file's clock starts again after that import
-    for name in ["pyav", *candidates]:
+    _loads("pyav", None)
+    for name in candidates:
         if _loads(name, None) is None:
             break
     paths = json.loads(sys.stdin.read())

@@ -22,7 +22,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from omegaconf import OmegaConf
 
@@ -38,25 +38,28 @@ def check_inputs(cfg) -> None:
     """Every input of a run that can be checked before Ray starts, checked together: one ConfigError listing each
     problem (the tracking store, the videos, the evaluation data, the probe set, the start checkpoint), so that
     one bad input does not hide another. A new sqlite tracking store is created here (`prepare_store`)."""
-    raise_together(input_problems(cfg), "the run's inputs")
+    raise_together(list(input_problems(cfg).values()), "the run's inputs")
 
 
-def input_problems(cfg, store: bool = True) -> List[str]:
-    """What is wrong with a run's inputs (`check_inputs`' list; the tracking store only with `store`), each
-    problem one message; empty when all are fine."""
+def input_problems(cfg, store: bool = True) -> Dict[str, str]:
+    """What is wrong with a run's inputs (`check_inputs`' list; the tracking store only with `store`): the key of
+    each bad input -> its problem, one message; empty when all are fine."""
     from raystream.eval.loaders import check_probe_set  # lazy: the probes' loaders (PIL, decoders)
     from raystream.tracking.store import TrackingStoreError, prepare_store, tracking_uri  # lazy: MLflow
 
-    checks = [lambda: _check_videos(cfg, "data.videos"), lambda: _check_videos(cfg, "data.heldout_videos"),
-              lambda: check_evaluation_data(cfg),
-              lambda: cfg.eval.dataset is None or check_probe_set(str(cfg.eval.dataset)),
-              lambda: check_backbone_init(cfg, say=False)]
-    problems = []
-    for run_check in ([lambda: prepare_store(tracking_uri(cfg))] if store else []) + checks:
+    checks = {"data.videos": lambda: _check_videos(cfg, "data.videos"),
+              "data.heldout_videos": lambda: _check_videos(cfg, "data.heldout_videos"),
+              "evaluation data": lambda: check_evaluation_data(cfg),
+              "eval.dataset": lambda: cfg.eval.dataset is None or check_probe_set(str(cfg.eval.dataset)),
+              "scenario.backbone.init": lambda: check_backbone_init(cfg, say=False)}
+    if store:
+        checks = {"mlflow.tracking_uri": lambda: prepare_store(tracking_uri(cfg)), **checks}
+    problems = {}
+    for key, run_check in checks.items():
         try:
             run_check()
         except (ConfigError, DataError, TrackingStoreError) as exc:
-            problems.append(str(exc))
+            problems[key] = str(exc)
     return problems
 
 

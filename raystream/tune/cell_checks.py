@@ -49,9 +49,9 @@ def check_cells(the_plan: SweepPlan, problems: Optional[List[str]] = None) -> Li
             seen.add(key)
             cfg = structured(c)
             inputs = input_problems(cfg, store=False)
-            cell_problems += [p for p in inputs if p not in cell_problems]
+            cell_problems += [p for p in inputs.values() if p not in cell_problems]
             try:
-                if not any("`data.videos`" in p for p in inputs):  # missing videos are named once, above
+                if "data.videos" not in inputs:  # missing videos are named once, above
                     total_steps(cfg)
             except (ConfigError, DataError) as exc:
                 cell_problems.append(str(exc))

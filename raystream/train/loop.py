@@ -227,14 +227,15 @@ class Records:
         self.evaluator.close()
 
 
-def report(w: Worker, state: LoopState, records: Records, t: int, lr: float) -> None:
+def report(w: Worker, state: LoopState, records: Records, t: int, lr: float) -> bool:
     """After step t: on every worker, `ray.train.report` every `trainer.report_every` steps; with rank 0's
-    checkpoint every `trainer.checkpoint_every` steps and after the last (then `state.final` is set)."""
+    checkpoint every `trainer.checkpoint_every` steps and after the last (then `state.final` is set). Whether
+    this step checkpointed (the same on every rank)."""
     done = t + 1
     tcfg = w.cfg.trainer
     is_last = done >= w.total
     if not (is_last or done % tcfg.checkpoint_every == 0 or done % tcfg.report_every == 0):
-        return
+        return False
     metrics = {"step": t, "steps_done": done, names.LOSS: state.take_window_loss(), names.LR: lr,
                **state.averages(), **state.last_eval}
     if is_last:
@@ -245,8 +246,9 @@ def report(w: Worker, state: LoopState, records: Records, t: int, lr: float) -> 
         began = time.perf_counter()
         report_with_checkpoint(w, state, state.final or metrics)
         records.seconds["checkpoint"] += time.perf_counter() - began
-    else:
-        ray.train.report(metrics)
+        return True
+    ray.train.report(metrics)
+    return False
 
 
 def report_with_checkpoint(w: Worker, state: LoopState, metrics: Dict[str, Any]) -> None:
@@ -377,10 +379,11 @@ def train_steps(w: Worker, state: LoopState, records: "Records", batches) -> Opt
             return records.full or OTHER_RANK_STOPPED
         full = None
         try:
-            report(w, state, records, t, float(w.optimizer.param_groups[0]["lr"]))
+            checkpointed = report(w, state, records, t, float(w.optimizer.param_groups[0]["lr"]))
         except diskspace.DiskFull as exc:  # rank 0's checkpoint (reported without it: the others went on)
-            full = exc
-        if persist.stop_for_space(w.world, w.device, full or records.full):
+            checkpointed, full = True, exc
+        # only a checkpoint's report writes (its files, the record's flush): agreed there, not at every read-back
+        if checkpointed and persist.stop_for_space(w.world, w.device, full or records.full):
             return full or records.full or OTHER_RANK_STOPPED
         if state.next_step >= w.total:
             break

@@ -2,7 +2,8 @@
 
 The shipped tree is the checkout's top-level `sweeps/`, installed as the package `raystream._sweeps` (pyproject maps
 one onto the other), so a wheel, `pip install .` or a Docker image without `-e` has every config, and an editable
-install reads the checkout's files. It is found through `importlib.resources`, never relative to the source tree.
+install reads the checkout's files. It is found through `importlib.resources`; only a checkout imported without
+being installed (on `PYTHONPATH`, as the GPU campaign runs on a bare GPU machine) reads its own `sweeps/` directly.
 
 A user adds their own directories with `$RAYSTREAM_CONFIG_DIR` (one or more, separated by `os.pathsep`) or the
 command's `--config-dir DIR`. They are searched after the shipped tree, as Hydra's own `--config-dir` is: a file they
@@ -30,6 +31,9 @@ def shipped_dir() -> Path:
     try:
         root = resources.files(SHIPPED_PACKAGE)
     except ModuleNotFoundError:
+        checkout = Path(__file__).resolve().parents[1] / "sweeps"
+        if (checkout / "config.yaml").is_file():  # a source checkout on PYTHONPATH, not installed
+            return checkout
         raise ConfigTreeError(f"the installed raystream has no config tree (package `{SHIPPED_PACKAGE}` is missing): "
                               "reinstall it (`pip install raystream` or `make install` in a checkout)") from None
     if not isinstance(root, Path) or not (root / "config.yaml").is_file():

@@ -23,6 +23,36 @@ def test_the_shipped_tree_is_the_installed_package_data():
         sorted(p.relative_to(CHECKOUT_SWEEPS) for p in CHECKOUT_SWEEPS.rglob("*.yaml"))
 
 
+def _compose_from_a_copy(tmp_path: Path, with_sweeps: bool) -> subprocess.CompletedProcess:
+    """Compose a preset in a fresh interpreter that imports a copy of the checkout from PYTHONPATH, not installed
+    (no site: the editable install's finder of `raystream._sweeps` is not there), as the GPU campaign runs."""
+    import shutil
+    import sysconfig
+    shutil.copytree(CHECKOUT_SWEEPS.parent / "raystream", tmp_path / "raystream",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    if with_sweeps:
+        shutil.copytree(CHECKOUT_SWEEPS, tmp_path / "sweeps")
+    code = ("import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+            "from raystream.config import compose\n"
+            "from raystream import config_tree\n"
+            "print(config_tree.shipped_dir()); print(compose(['+experiment=dora_paper', 'data=walking_tour', 'data.videos=null', 'eval.dataset=null',\n"
+            "'eval.metrics=[]']).scenario.name)")
+    return subprocess.run([sys.executable, "-S", "-c", code, str(tmp_path), sysconfig.get_paths()["purelib"]],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_checkout_imported_without_installing_reads_its_own_sweeps(tmp_path):
+    run = _compose_from_a_copy(tmp_path, with_sweeps=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == [str(tmp_path / "sweeps"), "dora"]
+
+
+def test_no_tree_installed_or_beside_the_package_is_named(tmp_path):
+    run = _compose_from_a_copy(tmp_path, with_sweeps=False)
+    assert run.returncode == 1
+    assert "package `raystream._sweeps` is missing" in run.stderr.splitlines()[-1]
+
+
 def _experiment(root: Path, name: str, lr: float) -> None:
     (root / "experiment").mkdir(parents=True, exist_ok=True)
     (root / "experiment" / f"{name}.yaml").write_text(f"# @package _global_\noptimizer:\n  lr: {lr}\n")

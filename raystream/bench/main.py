@@ -17,6 +17,7 @@ device, bad data or checkpoint, a `--json` path that cannot be written: checked 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import gc
 import sys
@@ -92,12 +93,8 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
     result.update(correlation_phase(trainee, meter))
     phases.done("correlation")
     allowed, why_not = compile_decision(compile, cfg.optimizer, dev, budget)
-    try:
-        result["checks"] = checks.run_checks(trainee, (allowed, why_not))
-    except CheckFailed as exc:
-        exc.result = {**result, "check_failed": {"name": exc.name, "detail": str(exc)}}
-        raise
-
+    with _failed_check_keeps(result):
+        result["checks"] = checks.run_checks(trainee)
     phases.done("checks")
     held = throughput.from_memory(trainee, WARMUP, steps, budget)
     phases.done("from_memory")
@@ -124,10 +121,23 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
                   decode_workers_sweep={str(w): {"steps_per_s": r.steps_per_s,
                                                  "over_memory": r.steps_per_s / held.steps_per_s}
                                         for w, r in sweep.rates.items()},
-                  decode_workers_not_measured=sweep.not_measured, decode_verdict=sweep.verdict(held),
-                  elapsed_s=budget.elapsed())
+                  decode_workers_not_measured=sweep.not_measured, decode_verdict=sweep.verdict(held))
     phases.done("decode_workers")
+    with _failed_check_keeps(result):  # last: compiling the step can take minutes on a GPU (99 s for ViT-S, H200)
+        result["checks"]["compiled_step"] = checks.compiled_check(trainee, (allowed, why_not))
+    phases.done("compiled_check")
+    result["elapsed_s"] = budget.elapsed()
     return result
+
+
+@contextlib.contextmanager
+def _failed_check_keeps(result: Dict[str, Any]):
+    """A CheckFailed carries what was measured before it (`exc.result`, which the command's JSON writes)."""
+    try:
+        yield
+    except CheckFailed as exc:
+        exc.result = {**result, "check_failed": {"name": exc.name, "detail": str(exc)}}
+        raise
 
 
 class Phases:

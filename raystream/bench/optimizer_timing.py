@@ -49,21 +49,23 @@ def copy_groups(groups: List[dict], seed: int = 0) -> List[dict]:
 
 
 def builders(opt_cfg, with_compiled: bool) -> Dict[str, Callable[[List[dict]], Optimizer]]:
-    """label -> how to build it: the configured optimizer first, then the other Orthogonal-AdamW variant (stock or
-    compiled, the compiled one only `with_compiled`), then torch AdamW foreach and fused."""
+    """label -> how to build it: the configured optimizer first, then the stock Orthogonal-AdamW, torch AdamW
+    foreach and fused, and the compiled Orthogonal-AdamW last (only `with_compiled`; its compiling may spend what
+    is left of the budget)."""
     def make(cfg):
         return lambda groups: build_optimizer(groups, cfg, diagnostics=True)
 
+    variants = ([OmegaConf.merge(opt_cfg, {"compile": c}) for c in (False, True) if with_compiled or not c]
+                if compile_applies(opt_cfg) else [])
     out = {label(opt_cfg): make(opt_cfg)}
-    if compile_applies(opt_cfg):
-        for compiled in (False, True):
-            cfg = OmegaConf.merge(opt_cfg, {"compile": compiled})
-            if (with_compiled or not compiled) and label(cfg) not in out:
-                out[label(cfg)] = make(cfg)
     hyper = dict(lr=float(opt_cfg.lr), betas=tuple(opt_cfg.betas), eps=float(opt_cfg.eps),
                  weight_decay=float(opt_cfg.weight_decay))
+    for cfg in variants[:1]:
+        out.setdefault(label(cfg), make(cfg))
     out["adamw_foreach"] = lambda groups: torch.optim.AdamW(groups, foreach=True, **hyper)
     out["adamw_fused"] = lambda groups: torch.optim.AdamW(groups, fused=True, **hyper)
+    for cfg in variants[1:]:
+        out.setdefault(label(cfg), make(cfg))
     return out
 
 

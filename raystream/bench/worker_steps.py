@@ -16,12 +16,13 @@ count (`None`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import itertools
 import tempfile
 import time
 import warnings
-from typing import Any, Dict, Iterator, List
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional
 
 import pyarrow.fs as pafs
 import torch
@@ -56,6 +57,14 @@ class SyncCounter:
             return None
         return sum("synchroniz" in str(w.message) for w in caught)
 
+    def sites(self, caught: List[Any], most: int = 12) -> Optional[Dict[str, int]]:
+        """The Python lines that synced, most first ({'file.py:line': count}): where to look next time."""
+        if self.device.type != "cuda":
+            return None
+        lines = collections.Counter(f"{Path(w.filename).name}:{w.lineno}" for w in caught
+                                    if "synchroniz" in str(w.message))
+        return dict(lines.most_common(most))
+
 
 def train_steps(cfg, device: torch.device, steps: int = 2) -> Dict[str, Any]:
     """Train `steps` steps from a fresh worker, read them back as one log window, save one checkpoint. Returns the
@@ -67,12 +76,16 @@ def train_steps(cfg, device: torch.device, steps: int = 2) -> Dict[str, Any]:
     built = time.perf_counter()
     window, syncs = StepWindow(1, device), SyncCounter(device)
     try:
-        with syncs.counting() as in_steps:
-            for batch in itertools.islice(iter(stream), steps):
+        per_step = []  # each step's own: the first one builds the optimizer's state
+        batches = iter(stream)
+        for _ in range(steps):
+            batch = next(batches)
+            with syncs.counting() as caught:
                 t = trainee.t
                 host = trainee.schedules.apply(trainee.optimizer, t)
                 out, norm = trainee.forward_backward(batch)
                 window.add(t, {names.LOSS: out["loss"]}, {names.GRAD_NORM: norm, **trainee.update()}, host)
+            per_step.append(caught)
         with syncs.counting() as in_read:
             values = window.read()
         sync(device)
@@ -86,7 +99,9 @@ def train_steps(cfg, device: torch.device, steps: int = 2) -> Dict[str, Any]:
     stall, write_s, size = _checkpoint(trainee)
     return {"steps": len(values), "build_s": built - began, "steps_s": trained - built,
             "losses": [s[names.LOSS] for _, s, _ in values],
-            "host_syncs_in_steps": syncs.count(in_steps), "host_syncs_in_read": syncs.count(in_read),
+            "host_syncs_in_steps": syncs.count(sum(per_step, [])), "host_syncs_in_read": syncs.count(in_read),
+            "host_syncs_per_step": [syncs.count(c) for c in per_step] if device.type == "cuda" else None,
+            "host_sync_sites": syncs.sites(sum(per_step, [])),
             "checkpoint_stall_s": stall, "checkpoint_write_s": write_s, "checkpoint_bytes": size,
             "seconds": time.perf_counter() - began}
 

@@ -25,6 +25,7 @@ eager once each on stderr, with dynamo's reason.
 
 from __future__ import annotations
 
+import inspect
 import math
 import sys
 import warnings
@@ -318,8 +319,14 @@ def _compiled_fn(fn):
     """`fn` compiled once per process, with its own recompile limit (inductor then caches a graph per set of shapes
     and flags)."""
     if fn not in _compiled:
-        _compiled[fn] = torch.compile(fn, fullgraph=True, dynamic=False, recompile_limit=RECOMPILE_LIMIT,
-                                      options={"size_asserts": False})
+        limit = {}
+        if "recompile_limit" in inspect.signature(torch.compile).parameters:
+            limit["recompile_limit"] = RECOMPILE_LIMIT
+        else:  # torch before 2.13 has one limit for the whole process (dynamo's recompile_limit / cache_size_limit)
+            config = torch._dynamo.config
+            name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+            setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
+        _compiled[fn] = torch.compile(fn, fullgraph=True, dynamic=False, options={"size_asserts": False}, **limit)
     return _compiled[fn]
 
 

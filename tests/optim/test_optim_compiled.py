@@ -170,6 +170,32 @@ def test_a_missing_compiler_says_how_to_run_without_one(tmp_path):
     assert last.startswith("RuntimeError: OrthogonalAdamW(compile=True)") and "optimizer.compile=false" in last
 
 
+def test_a_torch_whose_compile_takes_no_recompile_limit_gets_the_process_wide_one(tmp_path):
+    """torch.compile took no `recompile_limit` before torch 2.13 (the GPU machine's 2.11, 2026-11-27: a TypeError
+    stopped every compiled step there). Given such a torch.compile (the real one behind 2.11's signature, dynamo's
+    eager backend to keep it fast), the step compiles and raises dynamo's process-wide limit to the product's."""
+    code = textwrap.dedent("""
+        import torch
+        stock = torch.compile
+        def compile_of_torch_2_11(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None,
+                                  options=None, disable=False):
+            return stock(model, fullgraph=fullgraph, dynamic=dynamic, backend="eager", disable=disable)
+        torch.compile = compile_of_torch_2_11
+        from raystream.optim import OrthogonalAdamW
+        from raystream.optim.base import RECOMPILE_LIMIT
+        p = torch.nn.Parameter(torch.ones(4, 3))
+        opt = OrthogonalAdamW([p], lr=0.05, compile=True)
+        for _ in range(3):
+            p.grad = torch.randn(4, 3)
+            opt.step()
+        print(opt.compile_trace.summary(), torch._dynamo.config.recompile_limit == RECOMPILE_LIMIT)
+    """)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-2] == "ran compiled (2 steps) True"
+
+
 @pytest.mark.slow  # two compilations in a fresh process: about 90 s on 2 shared cores
 def test_a_recompile_and_a_fallback_to_eager_are_said_once(tmp_path):
     """A changed beta compiles the step again: said once, with dynamo's reason. Past the recompile limit (2 here, in

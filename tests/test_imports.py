@@ -179,3 +179,16 @@ def test_config_values_are_read_from_the_schema_not_with_a_default():
                     and "cfg" in ast.unparse(node.args[0]).lower():
                 wrong.append(f"{p.relative_to(ROOT.parent)}:{node.lineno}: {ast.unparse(node)}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_imports_dynamo_or_inductor_when_it_is_imported():
+    """torch._dynamo takes 2-4 s to import (3.6 of `import raystream.cli`'s 8.5 s on the 2-core machine, 2026-11-27)
+    and torch loads it on first use: every driver, Ray worker and CLI call would pay it, compiled step or not."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:  # module level only: a function may import it
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.relative_to(ROOT.parent)}:{node.lineno} {n}" for n in names
+                      if n.split(".")[:2] in (["torch", "_dynamo"], ["torch", "_inductor"])]
+    assert found == []

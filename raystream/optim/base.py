@@ -35,8 +35,6 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import torch
 from torch import Tensor
-from torch._dynamo.exc import FailOnRecompileLimitHit
-from torch._dynamo.utils import counters, guard_failures
 
 from raystream.optim.projection import (ORTH_INITS, PROJECTIONS, Flat, Sums, Workspace, buckets, cosine, ema_dtype,
                                         ratio, total)
@@ -353,7 +351,7 @@ class CompileTrace:
 
 
 def _last_reason(fn) -> str:
-    reasons = guard_failures.get(fn.__code__) or ["not recorded by dynamo"]
+    reasons = torch._dynamo.utils.guard_failures.get(fn.__code__) or ["not recorded by dynamo"]
     return " ".join(str(reasons[-1]).split())[:300]
 
 
@@ -361,10 +359,13 @@ def run_compiled(fn, args, trace: CompileTrace) -> tuple:
     """`fn(*args)` compiled, or eagerly once compiling is refused (said once, with the reason). `fn` returns its
     results and, last, `torch.compiler.is_compiling()` (which dynamo traces as the constant True)."""
     if not trace.eager_reason:
+        # torch._dynamo is imported on first use (torch loads it lazily): an import of 2-4 s every process with an
+        # optimizer would pay otherwise, compiled or not
+        counters, recompile_limit_hit = torch._dynamo.utils.counters, torch._dynamo.exc.FailOnRecompileLimitHit
         graphs = counters["stats"]["unique_graphs"]
         try:
             *out, compiled = _compiled_fn(fn)(*args)
-        except FailOnRecompileLimitHit:
+        except recompile_limit_hit:
             trace.eager_reason = (f"torch.compile hit its recompile limit ({RECOMPILE_LIMIT} graphs of the step in "
                                   f"this process; last reason: {_last_reason(fn)})")
         else:

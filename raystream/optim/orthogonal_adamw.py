@@ -36,7 +36,6 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
-from torch._dynamo.exc import BackendCompilerFailed
 from torch.optim import Optimizer
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
@@ -123,7 +122,7 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
                                     projection=self.projection, orth_init=self.orth_init, orth_eps=self.orth_eps,
                                     impl=self._impl(fresh), with_update_norm=self._cosine is not None,
                                     workspace=self._workspace, compiled=self._compiled)
-        except BackendCompilerFailed as e:
+        except torch._dynamo.exc.BackendCompilerFailed as e:  # torch._dynamo loads lazily: no import for it
             raise RuntimeError(
                 f"OrthogonalAdamW(compile=True): torch.compile could not build the fused step "
                 f"({str(e).strip().splitlines()[0][:300]}). Inductor needs a C++ compiler on CPU and Triton on GPU; "

@@ -162,9 +162,14 @@ def test_future_prediction_paper_takes_an_imagenet21k_timm_file_without_a_furthe
     (timm's layout with its 21843-class head, at the tiny preset's shape) loads; its weights are the encoder's."""
     layout = TIMM_REFERENCE["in21k_tiny"]
     path = timm_file(tmp_path, layout)
-    cfg = compose(["+experiment=future_prediction_paper", "scenario.backbone.preset=tiny", "stream.resolution=32",
-                   f"scenario.backbone.init={path}", "data.videos=train.csv", "data.heldout_videos=heldout.csv"])
+    overrides = ["+experiment=future_prediction_paper", "scenario.backbone.preset=tiny", "stream.resolution=32",
+                 f"scenario.backbone.init={path}", "data.videos=train.csv", "data.heldout_videos=heldout.csv"]
+    cfg = compose(overrides)
     assert cfg.scenario.backbone.pos_embed == "learned"
+    assert "dropped the classifier head" in check_backbone_init(cfg, say=False)  # the driver's check passes too
+    # the user's own choice is honoured, and one that conflicts with the file stops before Ray starts, saying why
+    with pytest.raises(ConfigError, match=r"vit.pth.*fixed sinusoid positions.*scenario.backbone.pos_embed=learned"):
+        check_backbone_init(compose(overrides + ["scenario.backbone.pos_embed=sinusoid"]), say=False)
     scenario = build_scenario(cfg.scenario, cfg.stream, seed=0)
     assert "dropped the classifier head, 21843 classes" in scenario.init_line, scenario.init_line
     assert "inflated the 2-D patch kernel to 2-frame tubelets" in scenario.init_line

@@ -12,6 +12,12 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small host tensor made in the step (constants, seeded views' parameters) on `device`, without waiting for
+    the device: `torch.tensor(..., device=cuda)` and `.to(cuda)` copy and then synchronise the host with the GPU."""
+    return host.to(device, non_blocking=True)
+
+
 def as_float(frames: torch.Tensor) -> torch.Tensor:
     """Frames in [0, 1] as float32 (uint8 streams are divided by 255)."""
     if frames.dtype == torch.uint8:
@@ -22,8 +28,8 @@ def as_float(frames: torch.Tensor) -> torch.Tensor:
 def normalize_input(frames: torch.Tensor) -> torch.Tensor:
     """ImageNet mean/std normalisation of [0, 1] frames (..., C, H, W), as VideoMAE feeds its encoder."""
     c = frames.shape[-3]
-    mean = torch.tensor(IMAGENET_MEAN[:c] if c == 3 else (0.5,) * c, device=frames.device, dtype=frames.dtype)
-    std = torch.tensor(IMAGENET_STD[:c] if c == 3 else (0.5,) * c, device=frames.device, dtype=frames.dtype)
+    mean = to_device(torch.tensor(IMAGENET_MEAN[:c] if c == 3 else (0.5,) * c, dtype=frames.dtype), frames.device)
+    std = to_device(torch.tensor(IMAGENET_STD[:c] if c == 3 else (0.5,) * c, dtype=frames.dtype), frames.device)
     return (frames - mean.view(c, 1, 1)) / std.view(c, 1, 1)
 
 

@@ -29,6 +29,19 @@ def batch_index(batch: Dict[str, Any], size: int) -> torch.Tensor:
     return torch.arange(size) if index is None else torch.as_tensor(index)
 
 
+def visible_and_hidden(mask: torch.Tensor, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(visible, hidden) token positions (B, N_visible), (B, N_hidden), each in position order, of host masks (B, N)
+    that hide as many tokens in every row; copied to `device` without waiting for it (a boolean mask on the device
+    would read its count back: a host sync in every step)."""
+    per_clip = mask.numpy().sum(axis=1)  # host arithmetic, in numpy: no tensor read
+    hidden = int(per_clip[0])
+    if (per_clip != hidden).any():
+        raise ValueError(f"tube masks hide {per_clip.tolist()} tokens per clip: expected as many in every clip")
+    order = torch.argsort(mask.to(torch.uint8), dim=1, stable=True)  # visible first, then hidden
+    order = order.to(device, non_blocking=True)
+    return order[:, : mask.shape[1] - hidden], order[:, mask.shape[1] - hidden:]
+
+
 class VideoMAE(nn.Module):
     """forward(batch_dict) -> {'loss'}; encode(clips) -> (pooled features, tokens) without masking."""
 
@@ -39,23 +52,21 @@ class VideoMAE(nn.Module):
         self.mask_ratio, self.mask_mode, self.norm_pix_loss, self.seed = mask_ratio, mask_mode, norm_pix_loss, seed
 
     def masks(self, frames: torch.Tensor, step: int, index: torch.Tensor) -> torch.Tensor:
-        """(B, N) bool tube masks, True = masked, seeded from (seed, step, index)."""
+        """(B, N) bool tube masks on the host, True = masked, seeded from (seed, step, index)."""
         _, t, _, h, w = frames.shape
         p, tub = self.encoder.patch_size, self.encoder.tubelet_size
         grid = (t // tub, h // p, w // p)
-        return tube_masks(grid, self.mask_ratio, self.mask_mode, seed=self.seed, step=step,
-                          index=index).to(frames.device)
+        return tube_masks(grid, self.mask_ratio, self.mask_mode, seed=self.seed, step=step, index=index)
 
     def forward(self, batch: Dict[str, Any]) -> Dict[str, torch.Tensor]:
         frames = as_float(batch["frames"])
         b = frames.shape[0]
-        mask = self.masks(frames, int(batch.get("step", 0) or 0), batch_index(batch, b))
-        tokens = self.encoder(normalize_input(frames), mask=mask)
-        n = mask.shape[1]
-        positions = torch.arange(n, device=frames.device).expand(b, n)
-        pred = self.decoder(tokens, positions[~mask].reshape(b, -1), positions[mask].reshape(b, -1), n)
+        visible, hidden = visible_and_hidden(self.masks(frames, int(batch.get("step", 0) or 0),
+                                                        batch_index(batch, b)), frames.device)
+        tokens = self.encoder(normalize_input(frames), keep=visible)
+        pred = self.decoder(tokens, visible, hidden, visible.shape[1] + hidden.shape[1])
         target = patch_target(frames, self.encoder.patch_size, self.encoder.tubelet_size, self.norm_pix_loss)
-        target = target[mask].reshape(b, -1, target.shape[-1])
+        target = target.gather(1, hidden.unsqueeze(-1).expand(-1, -1, target.shape[-1]))
         return {"loss": F.mse_loss(pred.float(), target)}
 
     def encode(self, clips: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -79,7 +79,7 @@ def sinusoid_table(n: int, dim: int, device: Any = None, dtype: torch.dtype = to
     i = torch.arange(dim, dtype=torch.float64).unsqueeze(0)
     angle = pos / torch.pow(10000.0, 2 * torch.div(i, 2, rounding_mode="floor") / dim)
     table = torch.where(i.long() % 2 == 0, torch.sin(angle), torch.cos(angle))
-    return table.to(device=device, dtype=dtype).unsqueeze(0)
+    return table.to(device=device, dtype=dtype, non_blocking=True).unsqueeze(0)  # made on the host: no GPU wait
 
 
 def dino_interpolate(pos_embed: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -205,8 +205,11 @@ class VisionTransformer(nn.Module):
         t = frames // self.tubelet_size if self.video else 1
         return t * (height // self.patch_size) * (width // self.patch_size)
 
-    def prepare_tokens(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Embedded tokens with positions (and [CLS] with learned positions); masked tokens (mask True) removed."""
+    def prepare_tokens(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                       keep: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Embedded tokens with positions (and [CLS] with learned positions); masked tokens (mask True) removed, or
+        only the tokens at `keep` (B, N_visible) kept, in that order: the same tokens without the device sync a
+        boolean mask costs (its count is read back to shape the result)."""
         tokens, grid = self.patch_embed(x)
         b, n, d = tokens.shape
         if self.learned:  # DINO's positions, interpolated off the trained grid; repeated over time slices
@@ -214,7 +217,9 @@ class VisionTransformer(nn.Module):
             tokens = tokens + pos[:, 1:].repeat(1, n // (pos.shape[1] - 1), 1)
         else:
             tokens = tokens + sinusoid_table(n, d, tokens.device, tokens.dtype)
-        if mask is not None:
+        if keep is not None:
+            tokens = tokens.gather(1, keep.unsqueeze(-1).expand(-1, -1, d))
+        elif mask is not None:
             if mask.shape != (b, n):
                 raise ValueError(f"mask has shape {tuple(mask.shape)}, expected {(b, n)} (batch, tokens)")
             tokens = tokens[~mask].reshape(b, -1, d)
@@ -227,9 +232,10 @@ class VisionTransformer(nn.Module):
         """[CLS] tokens in the sequence of an input with this token grid: 1 (image), T' (video, learned), 0."""
         return (grid[0] if self.video else 1) if self.learned else 0
 
-    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None,
+                keep: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Normalised output tokens, (B, [1 +] N_visible, D): [CLS] first for images, never for video."""
-        tokens = self.prepare_tokens(x, mask)
+        tokens = self.prepare_tokens(x, mask, keep)
         for block in self.blocks:
             tokens = block(tokens)
         tokens = self.norm(tokens)

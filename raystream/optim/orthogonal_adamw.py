@@ -323,7 +323,7 @@ def init_adamw_state(state: dict, p: Tensor, fused: bool = False) -> None:
     """torch.optim.AdamW's per-parameter state: a float32 step counter (on the parameter's device for the fused
     kernel, else on the CPU) and two moments shaped like p."""
     if "step" not in state:
-        state["step"] = torch.tensor(0.0, dtype=torch.float32, device=p.device if fused else "cpu")
+        state["step"] = torch.zeros((), dtype=torch.float32, device=p.device if fused else "cpu")  # no host copy
         state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 

@@ -27,6 +27,29 @@ def test_encoder_sees_only_visible_tokens_and_loss_is_masked_mse():
     assert torch.allclose(out["loss"], ((captured["pred"] - target) ** 2).mean())
 
 
+def test_positions_kept_are_the_boolean_masks_tokens_with_the_same_gradients():
+    """The step selects tokens by positions made on the host (no device sync); a boolean mask selects the same
+    tokens in the same order, and its gradients are the same."""
+    from raystream.models.videomae import visible_and_hidden
+
+    encoder = build_scenario(tiny_cfg(), stream_cfg(), seed=0).model.encoder
+    x = torch.rand(3, 4, 3, 32, 32)
+    mask = build_scenario(tiny_cfg(), stream_cfg(), seed=0).model.masks(x, 5, torch.arange(3))
+    visible, hidden = visible_and_hidden(mask, x.device)
+    positions = torch.arange(mask.shape[1]).expand_as(mask)
+    assert torch.equal(visible, positions[~mask].reshape(3, -1)) and torch.equal(hidden, positions[mask].reshape(3, -1))
+    outs, grads = [], []
+    for how in ({"mask": mask}, {"keep": visible}):
+        encoder.zero_grad(set_to_none=True)
+        out = encoder(x, **how)
+        out.square().mean().backward()
+        outs.append(out.detach())
+        grads.append(_grads(encoder))
+    assert torch.equal(outs[0], outs[1]) and torch.equal(grads[0], grads[1])
+    with pytest.raises(ValueError, match=r"hide \[2, 1\] tokens per clip"):
+        visible_and_hidden(torch.tensor([[True, True, False], [True, False, False]]), x.device)
+
+
 @pytest.mark.parametrize("mode", ["per_sample", "per_batch", "fixed"])
 def test_global_gradient_is_the_same_for_one_or_two_workers(mode):
     sc = build_scenario(tiny_cfg(**{"mask.mode": mode}), stream_cfg(), seed=1)

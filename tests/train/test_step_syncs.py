@@ -17,7 +17,8 @@ from raystream.train.loop import LoopState, Records, train_steps
 from raystream.train.worker import Worker
 from raystream.train.window import READ_BACK
 
-SYNCS = ("aten::item", "aten::_local_scalar_dense")  # a host read of a tensor (float(), .item())
+# a host read of a tensor (float(), .item()), and a selection by boolean mask (on a GPU it reads its count back)
+SYNCS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
 OPTIMIZER = "Optimizer.step#"  # torch's label of every optimizer.step()
 LOG_EVERY = 4
 

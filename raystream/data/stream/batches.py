@@ -64,12 +64,13 @@ class Batch:
     clips: List[ClipRef]
 
     def model_inputs(self, device: Optional[torch.device] = None) -> Dict[str, object]:
-        """The dict a scenario's model takes (`frames`, `target`, `index`, `step`), on `device` when given."""
+        """The dict a scenario's model takes (`frames`, `target`, `index`, `step`), on `device` when given; `index`
+        stays on the host, where the models read it (seeded masks and views: reading it off a GPU syncs the step)."""
 
         def move(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
             return t if t is None or device is None else t.to(device, non_blocking=True)
 
-        return {"frames": move(self.frames), "target": move(self.target), "index": move(self.index),
+        return {"frames": move(self.frames), "target": move(self.target), "index": self.index,
                 "step": int(self.step)}
 
 class ClipStream:

@@ -1,7 +1,7 @@
 """Batches on the training device: uint8 over the bus, copied a step ahead, made float there.
 
     stream = DeviceStream(build_stream(data_cfg, stream_cfg, rank, world_size), device)   # a drop-in for the stream
-    for batch in stream: model(batch.model_inputs(device))    # tensors are on `device` already
+    for batch in stream: model(batch.model_inputs(device))    # frames on `device` already; clip places on the host
     stream.state_dict() / load_state_dict(d) / close()        # follow the batches yielded, not the ones copied ahead
 
 The stream hands over uint8 frames (4x fewer bytes than float32), on CUDA assembled straight into pinned host memory;
@@ -81,7 +81,7 @@ class DeviceStream:
         if event is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(event)
-            for t in (batch.frames, batch.target, batch.index, batch.video_index):
+            for t in (batch.frames, batch.target):
                 if t is not None:
                     t.record_stream(current)  # made on the side stream: keep its memory until this stream is done
         self._step = batch.step + 1
@@ -90,4 +90,4 @@ class DeviceStream:
 
 def _replace(batch: Batch, move) -> Batch:
     return Batch(step=batch.step, frames=move(batch.frames, True), target=move(batch.target, True),
-                 index=move(batch.index), video_index=move(batch.video_index), clips=batch.clips)
+                 index=batch.index, video_index=batch.video_index, clips=batch.clips)  # read on the host

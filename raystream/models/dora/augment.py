@@ -25,6 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from raystream.models.pixels import to_device
+
 _GLOBAL, _LOCAL, _HEADS, _GLOBAL2 = 1, 2, 3, 4  # view 1 keeps tag 1: global_crops 1 draws as before
 
 
@@ -79,8 +81,8 @@ def color_jitter(images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """Brightness, contrast, saturation and grayscale on (N, C, H, W) in [0, 1] with per-image `params` (N, 4)."""
     if images.shape[1] != 3:
         return images
-    p = params.to(images.device, images.dtype).view(-1, 4, 1, 1)
-    weights = torch.tensor([0.299, 0.587, 0.114], device=images.device, dtype=images.dtype).view(1, 3, 1, 1)
+    p = to_device(params.to(images.dtype), images.device).view(-1, 4, 1, 1)
+    weights = to_device(torch.tensor([0.299, 0.587, 0.114], dtype=images.dtype), images.device).view(1, 3, 1, 1)
     x = (images * p[:, 0:1]).clamp(0, 1)
     gray = (x * weights).sum(dim=1, keepdim=True)
     x = (gray.mean(dim=(2, 3), keepdim=True) + p[:, 1:2] * (x - gray.mean(dim=(2, 3), keepdim=True))).clamp(0, 1)
@@ -91,8 +93,8 @@ def color_jitter(images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
 
 
 def _resample(images: torch.Tensor, theta: torch.Tensor, size: int) -> torch.Tensor:
-    grid = F.affine_grid(theta.to(images.device, images.dtype), [images.shape[0], images.shape[1], size, size],
-                         align_corners=False)
+    grid = F.affine_grid(to_device(theta.to(images.dtype), images.device),
+                         [images.shape[0], images.shape[1], size, size], align_corners=False)
     return F.grid_sample(images, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
 

@@ -102,7 +102,7 @@ class DoraLoss(nn.Module):
         """centre <- m * centre + (1 - m) * mean teacher logit over the global batch (all processes, all frames)."""
         flat = teacher.detach().float().reshape(-1, teacher.shape[-1])
         total = flat.sum(dim=0, keepdim=True)
-        count = torch.tensor([float(flat.shape[0])], device=flat.device)
+        count = flat.new_full((1,), float(flat.shape[0]))
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(total)
             dist.all_reduce(count)

@@ -180,7 +180,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "pretrain-start":
         from raystream.train.start import EXPERIMENT, main as start_main  # lazy: see _dispatch
 
-        return start_main(compose([f"+experiment={EXPERIMENT}", *args.overrides]))
+        return start_main(compose([f"+experiment={EXPERIMENT}", *args.overrides]), args.overrides)
     cfg = compose(args.overrides)
     if getattr(args, "cfg", None) == "job":
         print(OmegaConf.to_yaml(cfg))

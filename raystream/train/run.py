@@ -356,6 +356,31 @@ def resume_command(name: str, overrides: Optional[Sequence[str]]) -> str:
     return " ".join(["raystream", "train", *map(shlex.quote, kept), shlex.quote(f"trainer.run_name={name}")])
 
 
+def said_why_it_ended(command: str, exc: BaseException, resume: str) -> int:
+    """What a command that fits a run (`raystream train`, `raystream pretrain-start`) says on stderr when `fit`
+    raised `exc`, in one message without a traceback, and its exit code: 2 for a bad config or data, 128 + the
+    signal when interrupted (with `resume`, the command that resumes it), 1 for a divergence, an unreachable
+    tracking store or a failed training (with `resume`)."""
+    if isinstance(exc, (ConfigError, DataError)):
+        print(f"{command}: {exc}", file=sys.stderr)
+        return 2
+    if isinstance(exc, KeyboardInterrupt):
+        signame = getattr(exc, "signal", "SIGINT")
+        print(f"{command}: interrupted ({signame}); the MLflow run is marked KILLED. Resume from the last "
+              f"checkpoint with:\n  {resume}", file=sys.stderr)
+        return 128 + int(getattr(signal, signame, signal.SIGINT))
+    if isinstance(exc, DivergedError):
+        print(f"{command}: {exc}; the MLflow run is marked FAILED", file=sys.stderr)
+        return 1
+    if isinstance(exc, TrackingUnavailable):
+        print(f"{command}: {exc}", file=sys.stderr)
+        return 1
+    # ray.train.TrainingFailedError and what it wraps
+    print(f"{command}: training failed: {type(exc).__name__}: {exc}\nOnce the cause is fixed, resume from the last "
+          f"checkpoint with:\n  {resume}", file=sys.stderr)
+    return 1
+
+
 def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> int:
     """`raystream train <overrides>`: fit one run, print where its results are. Exit 0, 1 (training failed or
     diverged), 2 (bad config or data) or 130 (interrupted: the resume command is printed)."""
@@ -363,24 +388,8 @@ def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> int:
     print(f"raystream train: run {name} in {results.uri(cfg.trainer.storage_path)}/{name}", flush=True)
     try:
         final = fit(cfg, run_name=name)
-    except (ConfigError, DataError) as exc:
-        print(f"raystream train: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as exc:
-        signame = getattr(exc, "signal", "SIGINT")
-        print(f"raystream train: interrupted ({signame}); the MLflow run is marked KILLED. Resume from the last "
-              f"checkpoint with:\n  {resume_command(name, overrides)}", file=sys.stderr)
-        return 128 + int(getattr(signal, signame, signal.SIGINT))
-    except DivergedError as exc:
-        print(f"raystream train: {exc}; the MLflow run is marked FAILED", file=sys.stderr)
-        return 1
-    except TrackingUnavailable as exc:
-        print(f"raystream train: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # ray.train.TrainingFailedError and what it wraps
-        print(f"raystream train: training failed: {type(exc).__name__}: {exc}\nOnce the cause is fixed, resume "
-              f"from the last checkpoint with:\n  {resume_command(name, overrides)}", file=sys.stderr)
-        return 1
+    except (Exception, KeyboardInterrupt) as exc:
+        return said_why_it_ended("raystream train", exc, resume_command(name, overrides))
     shown = {k: v for k, v in final.items() if k.startswith(names.EVAL_PREFIX) or k == names.LOSS}
     print(f"\nrun {final['run_name']}: {final.get('steps_done', '?')} steps, "
           + ", ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items()) if isinstance(v, (int, float))))

@@ -14,18 +14,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import shutil
-import sys
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
 from raystream.config import ConfigError
-from raystream.data import DataError
 from raystream.data.demo.probe_images import ensure_generated_probe, is_generated_probe
 from raystream.train.preflight import check_inputs
-from raystream.train.run import fit
+from raystream.train.run import fit, said_why_it_ended
 
 EXPERIMENT = "table1_start"
 RECORD = "start.json"
@@ -79,13 +78,14 @@ def ensure_start(cfg: DictConfig) -> Dict[str, Any]:
     return record
 
 
-def main(cfg: DictConfig) -> int:
-    """`raystream pretrain-start [overrides]`: make (or find) the start; print its directory and figures."""
+def main(cfg: DictConfig, overrides: Sequence[str] = ()) -> int:
+    """`raystream pretrain-start [overrides]`: make (or find) the start; print its directory and figures. A run
+    that fails or is interrupted ends as `raystream train`'s does (one message, the command that resumes it)."""
     try:
         record = ensure_start(cfg)
-    except (ConfigError, DataError) as exc:
-        print(f"raystream pretrain-start: {exc}", file=sys.stderr)
-        return 2
+    except (Exception, KeyboardInterrupt) as exc:
+        again = " ".join(["raystream", "pretrain-start", *map(shlex.quote, overrides)])
+        return said_why_it_ended("raystream pretrain-start", exc, again)
     figures = ", ".join(f"{k} {v:.4g}" for k, v in sorted(record["metrics"].items()))
     print(f"start {record['path']} ({record['steps']} steps, config {record['config_hash']}): {figures}")
     return 0

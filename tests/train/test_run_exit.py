@@ -88,3 +88,36 @@ def test_a_successful_resume_clears_the_earlier_error_and_the_record_keeps_it(st
     assert got.info.status == "FINISHED" and names.TAG_ERROR not in got.data.tags
     kept = [e for e, _ in events.Record(record).read() if e.get("key") == names.TAG_ERROR]
     assert [e["kind"] for e in kept] == ["tag", "untag"] and kept[0]["value"] == "RuntimeError: first attempt died"
+
+
+@pytest.mark.parametrize("command", ["raystream train", "raystream pretrain-start"])
+@pytest.mark.parametrize("exc, code, said", [
+    (run.Interrupted("run r interrupted by SIGTERM", "SIGTERM"), 143, "interrupted (SIGTERM); the MLflow run is "
+                                                                      "marked KILLED. Resume from the last checkpoint"),
+    (run.DivergedError("loss is nan at step 3", 3), 1, "loss is nan at step 3; the MLflow run is marked FAILED"),
+    (RuntimeError("a worker died"), 1, "training failed: RuntimeError: a worker died"),
+])
+def test_a_run_that_ends_early_says_why_once_with_its_resume_command(command, exc, code, said, capsys):
+    """`raystream train` and `raystream pretrain-start` end a run the same way (pretrain-start printed a traceback
+    on SIGTERM, 2026-11-27): one message naming the cause, the exit code, and how to resume where it applies."""
+    assert run.said_why_it_ended(command, exc, f"{command} trainer.seed=1") == code
+    err = capsys.readouterr().err
+    assert err.startswith(f"{command}: ") and said in err and "Traceback" not in err
+    assert (f"{command} trainer.seed=1" in err) == (not isinstance(exc, run.DivergedError))
+
+
+def test_pretrain_start_interrupted_says_so_and_how_to_resume(tmp_path, monkeypatch, capsys):
+    """The command's own path: its run (`fit`, here stopped as a SIGTERM stops it) ends in one message and 143."""
+    from raystream.config import compose
+    from raystream.train import start
+
+    def interrupted(cfg, **kwargs):
+        raise run.Interrupted("run table1_start_s0 interrupted by SIGTERM", "SIGTERM")
+
+    monkeypatch.setattr(start, "fit", interrupted)
+    overrides = [f"trainer.storage_path={tmp_path}", "trainer.run_name=table1_start_s0"]
+    cfg = compose([f"+experiment={start.EXPERIMENT}", "eval.dataset=null", "eval.metrics=[]", *overrides])
+    assert start.main(cfg, overrides) == 143
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "raystream pretrain-start: interrupted (SIGTERM)" in err
+    assert f"raystream pretrain-start trainer.storage_path={tmp_path} trainer.run_name=table1_start_s0" in err

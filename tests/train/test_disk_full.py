@@ -92,6 +92,27 @@ def test_a_record_on_a_full_disk_is_named_and_the_run_still_ends_in_mlflow(small
     assert [e for e, _ in events.Record(str(path)).read()] == [*whole, events.end(run_id, "FINISHED")]
 
 
+def test_a_run_end_that_fits_its_record_but_not_the_mirror_mark_still_ends_in_mlflow(small_disk, tmp_path, capsys):
+    """The disk full to the last byte: the driver's end goes into the record's last page, but the mirror has no
+    room for its mark (a new file) and stops; the run that failed for space is closed in MLflow directly."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = make_client(uri)
+    run_id = start_run(client, experiment="full", uri=uri, run_name="r")
+    path = small_disk / "run" / events.FILE_NAME
+    record = events.Record(str(path))
+    record.append([events.opened(run_id, uri), *(events.metrics(run_id, s, {"loss": 1.0}, 1000 + s) for s in range(3))])
+    record.close()
+    _fill(small_disk, 0)
+    full = diskspace.DiskFull(str(small_disk / "run" / "checkpoint_00000004" / checkpoint.MODEL_FILE), 2**20, 0, "x")
+    with pytest.raises(diskspace.DiskFull):
+        with run._closed_on_failure(str(path), uri, run_id, "r"):
+            raise full
+    assert [e for e, _ in events.Record(str(path)).read()][-1]["status"] == "FAILED"  # the end is in the record
+    got = client.get_run(run_id)
+    assert got.info.status == "FAILED" and "no space left to write" in got.data.tags["raystream.error"]
+    assert "closing MLflow run" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_run_whose_disk_fills_fails_once_naming_it(small_disk, ray_cluster, tiny_overrides, workdir, monkeypatch,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Dict, Optional, Sequence, Tuple
@@ -123,10 +124,23 @@ def write(fs, path: str, snap: Snapshot) -> None:
         except (OSError, RuntimeError) as exc:
             if not diskspace.is_full(exc):
                 raise
+            _release_writer(exc)
             _remove(fs, f"{path}/{name}")  # the part written: space back for the record and the run's end
             raise diskspace.named(exc, f"{path}/{name}", diskspace.nbytes(obj), local) from None
         sizes[name] = fs.get_file_info(f"{path}/{name}").size
     write_bytes(fs, meta_path, json.dumps({**snap.meta, "file_sizes": sizes}, indent=1, sort_keys=True).encode())
+
+
+def _release_writer(exc: BaseException) -> None:
+    """Clear the frames of `exc`'s traceback and of those of the errors it followed: torch's zip writer, failed
+    part way, holds its file open from them. Else the part written, unlinked, keeps its space for as long as the
+    error lives, which DiskFull carries on (`__context__`): in a worker, in reference cycles until a garbage
+    collection, so that the run's end (its record, the mirror's mark) found the disk still full."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__context__
 
 
 def _remove(fs, path: str) -> None:

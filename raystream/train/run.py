@@ -310,8 +310,9 @@ def _close_failed(record: str, uri: str, run_id: str, exc: BaseException, interr
                   signame: str = "SIGINT") -> None:
     """End the MLflow run KILLED (interrupted by `signame`) or FAILED, with the cause in `raystream.error`: appended
     to the run's record, which is drained into MLflow with everything rank 0's writer had not written yet, waiting
-    at most `DRAIN_S` s. Nothing here is raised over the training error (a full disk or a store that is away is
-    printed)."""
+    at most `DRAIN_S` s. On a full disk (no room for the end, or for the mirror's mark when the run failed for
+    space) the MLflow run is closed directly as well. Nothing here is raised over the training error (a full disk
+    or a store that is away is printed)."""
     if interrupted:
         reason = names.interrupted_cause(signame)
     else:
@@ -327,15 +328,27 @@ def _close_failed(record: str, uri: str, run_id: str, exc: BaseException, interr
     except Exception as write_exc:  # a full disk: the run is closed straight in MLflow instead
         print(f"raystream: could not append the run's end to {record} ({first_line(write_exc, 300)}): closing "
               f"MLflow run {run_id} {status} directly", file=sys.stderr, flush=True)
-        try:
-            with failing_fast():
-                client = mlflow_client_for(uri)
-                for e in end[1:]:
-                    retry(lambda e=e: client.set_tag(run_id, e["key"], e["value"]), "tag run")
-                end_run(client, run_id, status=status)
-        except Exception as mlflow_exc:  # keep the training error, not MLflow's
-            print(f"raystream: could not close MLflow run {run_id}: {first_line(mlflow_exc, 300)}", file=sys.stderr)
-    drain(record, f"run {run_id}", DRAIN_S)
+        _end_directly(uri, run_id, end[1:], status)
+        drain(record, f"run {run_id}", DRAIN_S)
+        return
+    if drain(record, f"run {run_id}", DRAIN_S) and diskspace.is_full(exc):
+        # the end fitted in the record, but the mirror stops where it has no room for its mark (what it wrote)
+        print(f"raystream: the disk of {record} is full: closing MLflow run {run_id} {status} directly",
+              file=sys.stderr, flush=True)
+        _end_directly(uri, run_id, end[1:], status)
+
+
+def _end_directly(uri: str, run_id: str, tags: List[Dict[str, Any]], status: str) -> None:
+    """Set `tags` (tag events) on MLflow run `run_id` and end it `status`, not through its record (which has no
+    room), failing fast; a store that does not answer is printed, not raised (the training error is kept)."""
+    try:
+        with failing_fast():
+            client = mlflow_client_for(uri)
+            for e in tags:
+                retry(lambda e=e: client.set_tag(run_id, e["key"], e["value"]), "tag run")
+            end_run(client, run_id, status=status)
+    except Exception as mlflow_exc:  # keep the training error, not MLflow's
+        print(f"raystream: could not close MLflow run {run_id}: {first_line(mlflow_exc, 300)}", file=sys.stderr)
 
 
 def _warn_history_lost(client, run_id: str, name: str, info: Dict[str, Any], uri: str, step: int) -> None:

@@ -5,8 +5,9 @@ per_batch / fixed modes and their seeding: below, `tube_masks`); the encoder see
 decoder predicts the pixels of the masked tokens; the target is each tubelet patch normalised by its own mean and
 std; the loss is the MSE on masked tokens. Probes read the mean of the encoder's tokens on the unmasked clip.
 
-Tube masks are seeded so that the global gradient does not depend on the number of workers. A tube mask is one random spatial mask (a fixed number of the h x w patch positions hidden) tiled over all t
-temporal token positions. Each mask is a pure function of where it is used, never of a global RNG:
+Tube masks are seeded so that the global gradient does not depend on the number of workers. A tube mask is one
+random spatial mask (a fixed number of the h x w patch positions hidden) tiled over all t temporal token
+positions. Each mask is a pure function of where it is used, never of a global RNG:
 
 - `per_sample` (VideoMAE's default): sample i of global step s uses a mask from (seed, s, global index of i);
   a sample gets the same mask on whichever worker holds it.

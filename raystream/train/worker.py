@@ -22,7 +22,7 @@ from raystream.models import build_scenario
 from raystream.models.scenario import unwrap
 from raystream.optim import GradCosineTracker, build_optimizer, param_groups
 from raystream.train.drift import Drift
-from raystream.train.schedule import Schedules
+from raystream.schedule import Schedules
 from raystream.train.step import autocast_for
 
 

@@ -2,7 +2,8 @@
 real model, optimizer, stream and MLflow; rank 0 of one worker built in-process without Ray, as in
 test_step_syncs.py), counted with `sys.setprofile` from loading step k's batch to loading step k + 1's: a steady
 step (no read-back) and a read-back step (the window read back, checked, recorded; no report, checkpoint or
-evaluation falls on it). A reader holds one step in a few files: at most 12 on either.
+evaluation falls on it). A reader holds one step in a few files: at most 12 on a steady step (17 on a read-back
+step, which adds the record, the progress line, the finite check and the disk-space check: 2026-11-27).
 
     python -m pytest tests/train/test_step_files.py -s     # prints the files and the number of functions
 """
@@ -52,8 +53,8 @@ def _count(w, records, k: int):
     return files, funcs
 
 
-@pytest.mark.parametrize("k,kind", [(1, "steady"), (LOG_EVERY - 1, "read-back")])
-def test_one_step_passes_through_at_most_12_files(tiny, workdir, k, kind):
+@pytest.mark.parametrize("k,kind,most", [(1, "steady", 12), (LOG_EVERY - 1, "read-back", 17)])
+def test_one_step_passes_through_few_files(tiny, workdir, k, kind, most):
     client = make_client(workdir["mlflow"])
     exp = client.get_experiment_by_name("step-files") or client.get_experiment(client.create_experiment("step-files"))
     name = f"step-files-{k}"
@@ -73,4 +74,4 @@ def test_one_step_passes_through_at_most_12_files(tiny, workdir, k, kind):
     print(f"\n{kind} step {k}: {len(files)} files, {len(funcs)} functions")
     for short, calls in sorted(files.items()):
         print(f"  {short:40s} {calls:5d} calls  {sorted(f for s, f in funcs if s == short)}")
-    assert len(files) <= 12, sorted(files)
+    assert len(files) <= most, sorted(files)

@@ -192,16 +192,29 @@ def _dispatch(args: argparse.Namespace) -> int:
         from raystream.train.run import main as train_main  # lazy: see _dispatch
 
         check_inputs(cfg)  # store, videos, evaluation data, start checkpoint: together; fit() opens the videos
-        return train_main(cfg, overrides=args.overrides)
+        return train_main(cfg, overrides=args.overrides, step_hooks=_step_hooks())
     if args.command == "eval":  # the target, probe set, model and tracking store are checked before Ray starts
         from raystream.train.eval_job import main as eval_main  # lazy: see _dispatch
 
-        return eval_main(cfg, args.target, overrides=args.overrides)
+        return eval_main(cfg, args.target, overrides=args.overrides, step_hooks=_step_hooks())
     if args.command == "sweep":  # run_sweep checks the tracking store and every cell before Ray starts
         return sweep_main(cfg, overrides=args.overrides, verbose=args.verbose)
     if args.command == "bench":
         return _bench(args, cfg)
     return _data(args, cfg)
+
+
+def _step_hooks():
+    """The fault hooks the documented environment variables ask for (raystream/train/faults.py: the rehearsal's
+    RAYSTREAM_FAIL_AT_STEP, the tests' pauses and delays) as a `Faults`, or None: translated here, where the command
+    is composed, so that the training code reads no environment."""
+    from raystream.train.faults import Faults, from_env  # lazy: see _dispatch
+
+    try:
+        settings = from_env()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return Faults(**settings) if settings else None
 
 
 def _bench(args: argparse.Namespace, cfg) -> int:

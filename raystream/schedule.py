@@ -4,18 +4,24 @@
   step already moves, then half a cosine from 1 down to `end` over `cosine_steps` steps, held there after;
 - `WarmupCosine`: the training lr multiplier of the paper's tables, reaching `min_lr_ratio` at the run's last step;
 - `CosineWeightDecay`: DINO's weight-decay schedule (no warm-up);
-- `probe_lr_schedule`: the probes' LambdaLR (DINO's and V-JEPA's, supplementary Tables 5 and 6), decaying to 0.
+- `probe_lr_schedule`: the probes' LambdaLR (DINO's and V-JEPA's, supplementary Tables 5 and 6), decaying to 0;
+- `Schedules.apply(optimizer, t)`: a run's lr (warm-up, then cosine to `lr * min_lr_ratio`) and, when
+  `optimizer.weight_decay_end` is set, its weight decay (DINO's cosine from `weight_decay` to `weight_decay_end`,
+  on the decayed param group), set on the optimizer before optimizer step t.
 
-Every schedule is a pure function of t, so a run restored from a checkpoint continues it with no state of its own.
-Only math and torch here: training (train/schedule.py sets these on the optimizer) and the probes (eval/) both
-import it.
+Every schedule is a pure function of t, so a run restored from a checkpoint continues it with no state of its own
+(DoRA's teacher momentum likewise: `raystream.models.dora.teacher.cosine_momentum(t, ...)`). Math and torch only:
+training and the probes (eval/) both import it.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Dict, Optional
 
 import torch
+
+from raystream.tracking import names
 
 
 def half_cosine(progress: float, start: float, end: float) -> float:
@@ -73,3 +79,44 @@ def probe_lr_schedule(opt: torch.optim.Optimizer, warmup_steps: int,
     (at least 1), reaching 0 one step after the last."""
     warmup, total = int(warmup_steps), max(1, int(total_steps))
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, max(1, total - warmup), 0.0))
+
+
+def build_weight_decay_schedule(optimizer_cfg, total_steps: int) -> Optional[CosineWeightDecay]:
+    """`CosineWeightDecay(total_steps, optimizer.weight_decay, optimizer.weight_decay_end)`, or None when
+    `optimizer.weight_decay_end` is unset (the weight decay stays constant)."""
+    if optimizer_cfg.weight_decay_end is None:
+        return None
+    return CosineWeightDecay(total_steps, float(optimizer_cfg.weight_decay), float(optimizer_cfg.weight_decay_end))
+
+
+def set_weight_decay(optimizer: torch.optim.Optimizer, value: float) -> None:
+    """Set `value` on the decayed param groups (`decay` True or absent, as raystream.optim.param_groups marks
+    them); groups with `decay` False keep their weight decay of 0."""
+    for group in optimizer.param_groups:
+        if group.get("decay", True):
+            group["weight_decay"] = value
+
+
+class Schedules:
+    """The hyper-parameters of step t, set on the optimizer before its step: `apply(optimizer, t)`.
+
+    Each param group's lr is its base lr (`initial_lr`, recorded once, as torch's `LambdaLR` does) times
+    `WarmupCosine(t)`; the decayed groups' weight decay follows `CosineWeightDecay(t)` when scheduled. Both are pure
+    functions of t: a restored run calls `apply` with its next step and needs no scheduler state.
+    """
+
+    def __init__(self, optimizer_cfg, total_steps: int):
+        self.lr_factor = WarmupCosine(total_steps, int(optimizer_cfg.warmup_steps), float(optimizer_cfg.min_lr_ratio))
+        self.weight_decay = build_weight_decay_schedule(optimizer_cfg, total_steps)  # None: constant
+
+    def apply(self, optimizer: torch.optim.Optimizer, t: int) -> Dict[str, float]:
+        """Set step t's lr (and weight decay); returns `{'lr': first group's lr}` (and `'wd'` when scheduled)."""
+        factor = self.lr_factor(t)
+        for group in optimizer.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+            group["lr"] = group["initial_lr"] * factor
+        out = {names.LR: float(optimizer.param_groups[0]["lr"])}
+        if self.weight_decay is not None:
+            out[names.WD] = self.weight_decay(t)
+            set_weight_decay(optimizer, out[names.WD])
+        return out

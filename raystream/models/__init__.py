@@ -4,8 +4,8 @@
     scenario.model(batch_dict) -> {'loss', ...}; scenario.set_total_steps(n); scenario.after_step(step); scenario.needs
     scenario.evaluate(model, eval_cfg, probe=None, heldout=None) -> {'eval/<metric>': float}
 
-One file per role: vit.py (backbone, presets), pixels.py (patchify, targets), masking.py (tube masks),
-decoder.py, videomae.py, future_prediction.py, scenario.py (interface, registry), checkpoint.py (initialisation).
+One file per role: vit.py (backbone, presets), pixels.py (patchify, targets, the pixel decoders), videomae.py
+(with its tube masks), future_prediction.py, scenario.py (interface, registry), checkpoint.py (initialisation).
 """
 
 from raystream.models import future_prediction, videomae  # noqa: F401  (register the scenarios)

@@ -22,8 +22,7 @@ from torch import nn
 from raystream.eval.pixels import pixel_metrics
 from raystream.models.checkpoint import initialise
 from raystream.models.config import ScenarioConfig, decoder_error
-from raystream.models.decoder import Decoder, build_encoder_decoder
-from raystream.models.pixels import as_float, normalize_input, unpatchify
+from raystream.models.pixels import Decoder, as_float, build_encoder_decoder, normalize_input, unpatchify
 from raystream.models.scenario import Scenario, register_scenario
 from raystream.models.vit import VisionTransformer
 

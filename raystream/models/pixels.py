@@ -1,12 +1,29 @@
-"""Pixels in and out of the models: input normalisation, tubelet patchify/unpatchify, VideoMAE's patch target.
+"""Pixels in and out of the models: input normalisation, tubelet patchify/unpatchify, VideoMAE's patch target, and
+the decoders that predict tubelet pixels (VideoMAE's and future prediction's).
 
 Clips arrive as (B, T, C, H, W) in [0, 1] (float) or [0, 255] (uint8). Tokens are ordered (t', h', w'), the order
 of the Conv3d patch embedding flattened, so patch i of `patchify` is token i of the encoder.
+
+The decoders (`scenario.decoder`):
+`transformer` (PixelDecoder), the light MAE-style decoder: it projects the encoder's tokens to its own width, adds
+fixed sinusoidal positions, appends one learned mask token per position to predict (with that position's
+sinusoid), runs a few transformer blocks, and maps each queried token to the pixels of its tubelet patch. VideoMAE
+queries the masked tokens of the clip; future prediction queries every token of the frames that follow.
+
+`linear` (LinearDecoder, future prediction only, the paper's Table 7): encoder token i, read from the input clip, is
+mapped by one linear layer to the pixels of target token i, the tubelet at the same place in the target frames.
 """
 
 from __future__ import annotations
 
+from typing import Tuple, Union
+
 import torch
+from torch import nn
+
+from raystream.models.config import ScenarioConfig
+from raystream.models.scenario import seeded, weight_seed
+from raystream.models.vit import Block, VisionTransformer, build_vit, init_weights, sinusoid_table
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -61,3 +78,74 @@ def patch_target(frames: torch.Tensor, patch: int, tubelet: int, normalize: bool
     if normalize:
         x = (x - x.mean(dim=-2, keepdim=True)) / (x.var(dim=-2, unbiased=True, keepdim=True).sqrt() + 1e-6)
     return x.flatten(2)
+
+
+class PixelDecoder(nn.Module):
+    def __init__(self, in_dim: int, dim: int, depth: int, num_heads: int, out_dim: int, mlp_ratio: float = 4.0):
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"scenario.decoder_dim = {dim} is not divisible by scenario.decoder_heads = {num_heads}")
+        self.dim = dim
+        self.embed = nn.Linear(in_dim, dim)
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.blocks = nn.ModuleList(Block(dim, num_heads, mlp_ratio) for _ in range(depth))
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, out_dim)
+        init_weights(self)
+        nn.init.trunc_normal_(self.mask_token, std=0.02)
+
+    def forward(self, tokens: torch.Tensor, known: torch.Tensor, query: torch.Tensor, total: int) -> torch.Tensor:
+        """Predict the patches at positions `query` from encoder `tokens` at positions `known`.
+
+        tokens: (B, Nk, in_dim); known: (B, Nk) and query: (B, Nq) long positions in [0, total).
+        Returns (B, Nq, out_dim).
+        """
+        b, nq = query.shape
+        x = self.embed(tokens)
+        pos = sinusoid_table(total, self.dim, x.device, x.dtype).expand(b, -1, -1)
+        x = x + torch.gather(pos, 1, known.unsqueeze(-1).expand(-1, -1, self.dim))
+        q = self.mask_token.to(x.dtype) + torch.gather(pos, 1, query.unsqueeze(-1).expand(-1, -1, self.dim))
+        x = torch.cat([x, q.expand(b, -1, -1)], dim=1)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x[:, -nq:]))
+
+
+class LinearDecoder(nn.Module):
+    """Target token i from encoder token i through one linear layer (no attention, no positions of its own)."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.head = nn.Linear(in_dim, out_dim)
+        init_weights(self)
+
+    def forward(self, tokens: torch.Tensor, known: torch.Tensor, query: torch.Tensor, total: int) -> torch.Tensor:
+        """The PixelDecoder call: predict the patches at positions `query` (B, Nq) from `tokens` (B, Nk, in_dim);
+        needs Nq == Nk (token i answers query i)."""
+        if query.shape[1] != tokens.shape[1]:
+            raise ValueError(f"a linear decoder maps each of the {tokens.shape[1]} input tokens to one target token, "
+                             f"but {query.shape[1]} target tokens were asked for (stream.target_frames must equal "
+                             "stream.frames_per_clip)")
+        return self.head(tokens)
+
+
+Decoder = Union[PixelDecoder, LinearDecoder]
+
+
+def build_decoder(scenario_cfg: ScenarioConfig, encoder: VisionTransformer, out_dim: int) -> Decoder:
+    """The decoder `scenario.decoder` names. The transformer's width and heads default to half the encoder's
+    (VideoMAE: 192/3 for ViT-S, 384/6 for ViT-B, 512/8 for ViT-L)."""
+    if scenario_cfg.decoder == "linear":
+        return LinearDecoder(encoder.embed_dim, out_dim)
+    dim = scenario_cfg.decoder_dim or encoder.embed_dim // 2
+    heads = scenario_cfg.decoder_heads or max(1, encoder.num_heads // 2)
+    return PixelDecoder(encoder.embed_dim, int(dim), int(scenario_cfg.decoder_depth), int(heads), out_dim)
+
+
+def build_encoder_decoder(scenario_cfg: ScenarioConfig, stream_cfg, seed: int) -> Tuple[VisionTransformer, Decoder]:
+    """The seeded video encoder for the stream's clips and a decoder predicting tubelet pixels."""
+    with seeded(weight_seed(scenario_cfg, seed)):
+        encoder = build_vit(scenario_cfg.backbone, img_size=int(stream_cfg.resolution),
+                            num_frames=int(stream_cfg.frames_per_clip))
+        out_dim = encoder.tubelet_size * encoder.patch_size ** 2 * encoder.patch_embed.proj.in_channels
+        return encoder, build_decoder(scenario_cfg, encoder, out_dim)

@@ -50,7 +50,7 @@ class OptimizerConfig:
     Weight decay: `weight_decay` applies to the decayed param group; with `no_decay_1d` biases, norm parameters
     (ndim <= 1) and ViT tokens / position embeddings get none (`param_groups`). `weight_decay_end`
     None keeps it constant; a value makes it follow DINO's cosine from `weight_decay` to `weight_decay_end` over
-    the run (raystream/train/schedule.py).
+    the run (raystream/schedule.py).
 
     `compile` (orthogonal_adamw only) picks the step: `auto` (default) runs the torch.compile'd step (projection, EMA
     and AdamW fused, orthogonal_adamw.py) for models of at least `compile_min_params` trainable fp32

@@ -1,7 +1,7 @@
 """A diverging run ends at the step where its loss or gradient stops being finite (`DivergedError`).
 
 The loop checks the step's loss (averaged over the workers) and the total gradient norm (computed anyway for the
-`grad_norm` metric and for clipping) when it reads its log window back (raystream/train/window.py: once every
+`grad_norm` metric and for clipping) when it reads its log window back (raystream/train/step.py: once every
 `trainer.log_every` steps, and before any report, checkpoint or evaluation): no extra host sync. The run is named
 diverged at the first non-finite step of the window; the up to `trainer.log_every - 1` steps trained after it are
 neither recorded nor checkpointed. Every worker sees the same numbers (the loss is all-reduced, the gradients are

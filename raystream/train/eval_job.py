@@ -40,7 +40,6 @@ from raystream.models.checkpoint import CheckpointError, _check_fit
 from raystream.tracking import names
 from raystream.tracking.store import client as client_for
 from raystream.tracking.store import end_run, prepare_store, retry, start_run, tracking_uri
-from raystream.train import faults
 from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
 from raystream.train.checkpoint import MODEL_FILE
@@ -127,8 +126,9 @@ def eval_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return {**metrics, "extracted": cache.extracted, "seconds": time.perf_counter() - start}
 
 
-def run(cfg: DictConfig, target: EvalTarget) -> Dict[str, Any]:
-    """The evaluation job of `target` (checked by `prepare`): its metrics, `extracted`, `seconds`, `mlflow_run_id`."""
+def run(cfg: DictConfig, target: EvalTarget, step_hooks: Optional[Any] = None) -> Dict[str, Any]:
+    """The evaluation job of `target` (checked by `prepare`): its metrics, `extracted`, `seconds`, `mlflow_run_id`.
+    `step_hooks`: faults a test injects (raystream/train/faults.py's `Faults`: `eval_delay_s`), or None."""
     tcfg = cfg.trainer
     check_local_cpus(tcfg)
     start_ray()
@@ -139,7 +139,7 @@ def run(cfg: DictConfig, target: EvalTarget) -> Dict[str, Any]:
         eval_loop_per_worker, torch_config=collective_config(cfg),
         train_loop_config={"cfg": OmegaConf.to_container(cfg, resolve=True),
                            "job": {"checkpoint": target.checkpoint, "features": features_uri(target, cfg),
-                                   "hooks": faults.from_env(None, target.run_name)}},
+                                   "hooks": step_hooks}},
         scaling_config=ScalingConfig(num_workers=int(tcfg.num_workers), use_gpu=bool(tcfg.use_gpu),
                                      resources_per_worker=resources),
         run_config=RunConfig(name=f"eval-{target.run_name}-{target.name}-{protocol}-{time.strftime('%Y%m%d-%H%M%S')}",
@@ -184,10 +184,11 @@ def record(cfg, target: EvalTarget, metrics: Dict[str, float]) -> str:
     return run_id
 
 
-def main(cfg: DictConfig, target_text: str, overrides: Optional[Sequence[str]] = None) -> int:
+def main(cfg: DictConfig, target_text: str, overrides: Optional[Sequence[str]] = None,
+         step_hooks: Optional[Any] = None) -> int:
     """`raystream eval`: exit 0, 1 (the job failed) or 2 (bad target, config, probe set or tracking store: nothing
     ran; the store is created only once the rest is checked). `overrides` (the command's): the config is the
-    training run's recorded one with them on top; None: `cfg` as it is."""
+    training run's recorded one with them on top; None: `cfg` as it is. `step_hooks`: as `run`'s."""
     try:
         target = resolve(target_text)
         if overrides is not None:
@@ -201,7 +202,7 @@ def main(cfg: DictConfig, target_text: str, overrides: Optional[Sequence[str]] =
     print(f"raystream eval: {target.checkpoint} (step {target.step}), eval.protocol={cfg.eval.protocol}, "
           f"{cfg.trainer.num_workers} worker(s)", flush=True)
     try:
-        out = run(cfg, target)
+        out = run(cfg, target, step_hooks)
     except Exception as exc:  # ray.train.TrainingFailedError and what it wraps
         print(f"raystream eval: the evaluation failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

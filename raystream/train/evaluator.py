@@ -45,12 +45,12 @@ def rng_kept():
 class Evaluator:
     """One rank's evaluations: the probe set and held-out stream are loaded once, on first use. `cache`: where the
     probes' features are kept (None: extracted at each call, as in training, where the weights change); `hooks`:
-    the test hooks of raystream/train/faults.py (`eval_delay_s`: a long probe)."""
+    what a test injected (raystream/train/faults.py's `Faults`: its `eval_delay_s`, a long probe), or None."""
 
     def __init__(self, cfg, scenario, shard: Shard = Shard(), cache: Optional["StoredFeatures"] = None,
-                 hooks: Optional[Dict[str, Any]] = None):
+                 hooks: Optional[Any] = None):
         self.cfg, self.scenario, self.shard, self.cache = cfg, scenario, shard, cache
-        self.delay_s = float((hooks or {}).get("eval_delay_s", 0.0))
+        self.delay_s = float(getattr(hooks, "eval_delay_s", 0.0))
         self._probe = None
         self._heldout = None
 

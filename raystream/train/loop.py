@@ -8,15 +8,18 @@
     measure  (`measure_correlation`) on a fresh run only, before step 0: the stream correlation at the initial
              weights, each rank on its shard and device, under the step's autocast, in micro-batches of the
              per-worker batch, summed over ranks; rank 0 logs it at step 0;
-    step     (`train_step`)    for every global step t (its pure-torch pieces: step.py, shared with `raystream bench`):
+    steps    (`train_steps`, read top to bottom like DINO's `train_one_epoch`) for every global step t:
 
-        schedules of step t (lr, weight decay) -> forward (bf16 autocast when `trainer.bf16` asks for it)
-        -> backward (DDP all-reduces: every worker holds the global mean gradient) -> gradient norm (clipped when
-        `optimizer.grad_clip` > 0) -> optimizer step (the orthogonal projection acts on the all-reduced gradient)
-        -> scenario.after_step(t); the step's values stay on the device (window.py: `StepWindow`)
+        load the batch (the stream copies it to the device ahead of the step) -> schedules of step t (lr, weight
+        decay) -> forward (bf16 autocast when `trainer.bf16` asks for it) -> backward (DDP all-reduces: every
+        worker holds the global mean gradient) -> gradient norm (clipped when `optimizer.grad_clip` > 0) ->
+        optimizer step (the orthogonal projection acts on the all-reduced gradient) -> scenario.after_step(t);
+        the step's values stay on the device (a `StepWindow`; these pure-torch pieces are step.py's, shared with
+        `raystream bench`, which imports no Ray)
 
     read-back (`read_window`) after every `trainer.log_every`-th step (and at report, checkpoint and evaluation
              steps): the window's values in ONE host transfer, each step checked finite and recorded in order;
+             then the evaluation (when due), the disk-space check, the report and checkpoint (when due);
 
     and reporting (`Records` on rank 0: MLflow, progress line; evaluations on every rank at once, each its part of
     the work (raystream/train/evaluator.py), with rank 0's `drift/*` beside them (raystream/train/drift.py: θ_0
@@ -37,22 +40,20 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import ray.train
-import torch
 
 from raystream import diskspace
 from raystream.eval.shard import Shard
 from raystream.tracking import StepLogger, names
-from raystream.train import checkpoint, divergence, faults, persist
+from raystream.train import checkpoint, divergence, persist
 from raystream.train.correlation import figures, measure_model, not_measured, per_worker_batch
 from raystream.train.evaluator import Evaluator, rng_kept
 from raystream.train.node_metrics import start_node_monitor
 from raystream.train.progress import Progress
-from raystream.train.step import forward_backward, optimizer_update
+from raystream.train.step import StepWindow, finite_check_values, forward_backward, optimizer_update, read_back_due
 from raystream.train.worker import Worker
-from raystream.train.window import StepWindow, finite_check_values, read_back_due
 
 
 @dataclass
@@ -123,21 +124,6 @@ def restore(w: Worker) -> LoopState:
                      count=int(train_state.get("count", 0)), last_eval=dict(train_state.get("eval", {})),
                      final=dict(train_state.get("final") or {}), checkpoints=checkpoints or persist.Checkpointer(),
                      drift_start=drift_start)
-
-
-def train_step(w: Worker, batch, t: int) -> Tuple[Dict[str, torch.Tensor], Dict[str, torch.Tensor],
-                                                  Dict[str, float]]:
-    """Train global step t on this worker's shard `batch`. Returns its values for a `StepWindow`, read nothing
-    back: (loss and in-stream metrics, to average over the workers; this worker's gradient norm, grad_cos_prev and
-    the optimizer's diagnostics (rank 0), as device tensors; lr and wd as floats)."""
-    host = w.schedules.apply(w.optimizer, t)
-    out, grad_norm = forward_backward(w.model, w.optimizer, w.params, batch.model_inputs(w.device), w.autocast,
-                                      w.cfg.optimizer.grad_clip)
-    in_keys = sorted(k for k in out if k.startswith(names.IN_STREAM_PREFIX))
-    means = {names.LOSS: out["loss"], **{k: out[k] for k in in_keys}}
-    local = {names.GRAD_NORM: grad_norm, **optimizer_update(w.optimizer, w.cosines, report=w.rank == 0)}
-    w.scenario.after_step(t)
-    return means, local, host
 
 
 def read_window(window: StepWindow, state: LoopState, records: "Records") -> None:
@@ -327,7 +313,8 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
         if w.run.get("measure_correlation") and state.next_step == 0:  # a fresh run, not a resume
             measure_correlation(w, records)
         phases["correlation"] = time.perf_counter() - began - phases["start"]
-        batches = faults.around_steps(w.stream, w.run.get("hooks"), w.rank, w.total)  # a test's hooks, if any
+        hooks = w.run.get("hooks")  # what a test injects from outside the step (faults.py), if anything
+        batches = w.stream if hooks is None else hooks.around_steps(w.stream, w.rank, w.total)
         stopped = train_steps(w, state, records, batches)
         if isinstance(stopped, diskspace.DiskFull):
             raise stopped
@@ -357,15 +344,22 @@ OTHER_RANK_STOPPED = diskspace.DiskFull("rank 0's storage", None, None, "rank 0 
 
 def train_steps(w: Worker, state: LoopState, records: "Records", batches) -> Optional[Exception]:
     """Train on `batches` up to the run's last step, reading the values back once per window (`read_back_due`),
-    then evaluating and reporting. Returns what stopped the run early: the DivergedError when it diverged (its
+    then evaluating and reporting. Each step's values stay on the device until then: its loss and in-stream
+    metrics (averaged over the workers at read-back), this worker's gradient norm, grad_cos_prev and the
+    optimizer's diagnostics (rank 0). Returns what stopped the run early: the DivergedError when it diverged (its
     steps before are recorded and flushed), or the DiskFull of rank 0's record or checkpoint (on every rank: all
     stop at the same window); None when it ran to its end."""
     window = StepWindow(w.world, w.device)
-    for batch in batches:
+    for batch in batches:  # this worker's shard of global step t, already on its way to the device
         t = int(batch.step)
         if t >= w.total:
             break
-        means, local, host = train_step(w, batch, t)
+        host = w.schedules.apply(w.optimizer, t)
+        out, grad_norm = forward_backward(w.model, w.optimizer, w.params, batch.model_inputs(w.device), w.autocast,
+                                          w.cfg.optimizer.grad_clip)
+        local = {names.GRAD_NORM: grad_norm, **optimizer_update(w.optimizer, w.cosines, report=w.rank == 0)}
+        w.scenario.after_step(t)
+        means = {names.LOSS: out["loss"], **{k: out[k] for k in sorted(out) if k.startswith(names.IN_STREAM_PREFIX)}}
         window.add(t, means, local, {**host, names.CLIPS_PER_S: records.clips_per_s()})
         if not read_back_due(w.cfg, t, w.total):
             continue

@@ -34,7 +34,7 @@ from raystream.tracking.mirror import DRAIN_S, catch_up, drain, mirror_now
 from raystream.tracking.store import client as mlflow_client_for
 from raystream.tracking.store import end_run, failing_fast, retry, start_run, tracking_uri
 from raystream.train import checkpoint as ckpt_files
-from raystream.train import faults, signals
+from raystream.train import signals
 from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
 from raystream.train.divergence import DivergedError, raise_if_diverged
@@ -137,7 +137,7 @@ def collective_config(cfg: DictConfig):
 
 def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[Sequence[Any]] = None,
         mlflow_parent_run_id: Optional[str] = None, mlflow_tags: Optional[Dict[str, str]] = None,
-        init_checked: Optional[str] = None) -> Dict[str, Any]:
+        init_checked: Optional[str] = None, step_hooks: Optional[Any] = None) -> Dict[str, Any]:
     """Train one run to the end (or resume it) and return its final metrics.
 
     `run_name` (else `trainer.run_name`, else generated) names the Ray Train run directory
@@ -145,6 +145,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     `ray.tune.integration.ray_train.TuneReportCallback()`), called on every `ray.train.report`.
     `init_checked`: the line `check_backbone_init` gave for this config earlier (a sweep checks each distinct
     model's start checkpoint once, before Ray starts); None reads and checks it here.
+    `step_hooks`: faults a test injects from outside the step (`raystream.train.faults.Faults`), or None.
     Returned keys: `loss` (mean over the last report window), `eval/*` (final evaluation and in-stream averages),
     `step`, `steps_done`, `start_step` (step the last attempt started at: > 0 after a restart or resume),
     `mlflow_run_id`, `run_name`, `run_dir`, `checkpoint_path`.
@@ -168,7 +169,8 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     # sweep's trial (a parent run) runs under its sweep's lock.
     lock = RunLock(run_dir, name).acquire() if mlflow_parent_run_id is None else None
     try:
-        return _fit(cfg, name, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags, init_line, plan)
+        return _fit(cfg, name, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags, init_line, plan,
+                    step_hooks)
     finally:
         if lock is not None:
             lock.release()
@@ -178,7 +180,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
 
 
 def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags,
-         init_line, plan) -> Dict[str, Any]:
+         init_line, plan, step_hooks=None) -> Dict[str, Any]:
     """`fit`'s work, under the run's lock, once its inputs are checked (`plan`: stream_plan's steps and skipped
     videos): Ray, the MLflow run, the workers, the end."""
     record = events.path_in(run_dir.uri)  # the run's record: what it writes to MLflow, mirrored from there
@@ -196,7 +198,8 @@ def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_
                                 "resume_from": Checkpoint(resume[0], filesystem=run_dir.filesystem)
                                 if resume is not None else None,
                                 "record": record,
-                                "hooks": faults.from_env(run_dir.uri if run_dir.local else None, name),
+                                "hooks": step_hooks.for_run(run_dir.uri if run_dir.local else None, name)
+                                if step_hooks is not None else None,
                                 # the stream's Figure 1 figure, once per run, by the workers before step 0
                                 "measure_correlation": int(cfg.trainer.correlation_steps) > 0 and not info})
         result = trainer.fit()
@@ -394,13 +397,13 @@ def said_why_it_ended(command: str, exc: BaseException, resume: str) -> int:
     return 1
 
 
-def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None) -> int:
+def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None, step_hooks: Optional[Any] = None) -> int:
     """`raystream train <overrides>`: fit one run, print where its results are. Exit 0, 1 (training failed or
-    diverged), 2 (bad config or data) or 130 (interrupted: the resume command is printed)."""
+    diverged), 2 (bad config or data) or 130 (interrupted: the resume command is printed). `step_hooks`: as `fit`'s."""
     name = cfg.trainer.run_name or default_run_name(cfg)
     print(f"raystream train: run {name} in {results.uri(cfg.trainer.storage_path)}/{name}", flush=True)
     try:
-        final = fit(cfg, run_name=name)
+        final = fit(cfg, run_name=name, step_hooks=step_hooks)
     except (Exception, KeyboardInterrupt) as exc:
         return said_why_it_ended("raystream train", exc, resume_command(name, overrides))
     shown = {k: v for k, v in final.items() if k.startswith(names.EVAL_PREFIX) or k == names.LOSS}

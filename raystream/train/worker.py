@@ -21,8 +21,8 @@ from raystream.data import DeviceStream, build_stream
 from raystream.models import build_scenario
 from raystream.models.scenario import unwrap
 from raystream.optim import GradCosineTracker, build_optimizer, param_groups
+from raystream.schedule import Schedules
 from raystream.train.drift import Drift
-from raystream.train.schedule import Schedules
 from raystream.train.step import autocast_for
 
 
@@ -51,6 +51,7 @@ class Worker:
 
     cfg: DictConfig
     run: Dict[str, Any]  # from the driver: run_name, total_steps, tracking_uri, mlflow_run_id, resume_from, hooks
+    total: int  # the run's number of steps (`run['total_steps']`)
     rank: int
     world: int
     device: torch.device
@@ -64,10 +65,6 @@ class Worker:
     cosines: Any  # what gives grad_cos_prev: the optimizer (its diagnostics), a GradCosineTracker, or None
     autocast: Callable[[], ContextManager]
     drift: Optional[Drift] = None  # rank 0: the start (θ_0) on the host, for drift/* at evaluations
-
-    @property
-    def total(self) -> int:
-        return int(self.run["total_steps"])
 
     @classmethod
     def build(cls, config: Dict[str, Any]) -> "Worker":
@@ -105,7 +102,7 @@ class Worker:
         # step, on every rank; for plain torch ones rank 0 tracks it.
         cosines = optimizer if hasattr(optimizer, "diagnostics") else (
             GradCosineTracker(params) if rank == 0 else None)
-        return cls(cfg=cfg, run=run, rank=rank, world=world, device=device, scenario=scenario, stream=stream,
-                   model=model, net=net, params=params, optimizer=optimizer,
+        return cls(cfg=cfg, run=run, total=total, rank=rank, world=world, device=device, scenario=scenario,
+                   stream=stream, model=model, net=net, params=params, optimizer=optimizer,
                    schedules=Schedules(cfg.optimizer, total), cosines=cosines,
                    autocast=autocast_for(tcfg, device), drift=drift)

@@ -83,18 +83,18 @@ RESUMED = ("dora_paper", "videomae_paper")  # the ViT-L run writes one checkpoin
 
 @pytest.mark.slow
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_rehearsal(ray_cluster, workdir, monkeypatch, experiment):
+def test_rehearsal(ray_cluster, workdir, experiment):
     import sys
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
+    from raystream.train.faults import Faults
     from raystream.train.run import fit
 
     checkpoint_dir = workdir / f"start-{experiment}"
     checkpoint_dir.mkdir()
     start, changed = published_start(experiment, checkpoint_dir)
     resumed = experiment in RESUMED
-    if resumed:
-        monkeypatch.setenv("RAYSTREAM_FAIL_AT_STEP", "1")
+    hooks = Faults(fail_at_step=1) if resumed else None  # the rehearsal's RAYSTREAM_FAIL_AT_STEP=1
     every = [] if resumed else ["trainer.checkpoint_every=2"]  # 2 steps: the final checkpoint only
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     cfg = compose([f"+experiment={experiment}", *OVERRIDES, *start, *every, f"trainer.run_name=rehearsal-{experiment}",
@@ -106,7 +106,7 @@ def test_rehearsal(ray_cluster, workdir, monkeypatch, experiment):
         for key in ("init", *changed):  # the start: a file, and the layout its format needs
             scenario["backbone"].pop(key)
     assert ours == paper  # the paper's model: backbone, heads, decoder, masks
-    final = fit(cfg)
+    final = fit(cfg, step_hooks=hooks)
 
     assert final["steps_done"] == 2
     if resumed:

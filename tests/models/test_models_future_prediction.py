@@ -66,7 +66,7 @@ def test_out_of_stream_evaluation_does_not_learn():
 def test_linear_decoder_maps_each_input_token_to_the_target_tubelet_at_its_place():
     """scenario.decoder=linear (the paper's Table 7): one linear layer from encoder token i to the pixels of target
     token i (same tubelet slot, 0.64 s later); no attention, no mask tokens."""
-    from raystream.models.decoder import LinearDecoder
+    from raystream.models.pixels import LinearDecoder
     from raystream.models.pixels import normalize_input, unpatchify
 
     sc = build_scenario(tiny_cfg("future_prediction", norm_pix_loss=False, decoder="linear"),

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from raystream.models.masking import tube_masks
+from raystream.models.videomae import tube_masks
 
 GRID = (2, 4, 4)  # t, h, w tokens
 

@@ -16,6 +16,7 @@ from raystream.models import build_scenario
 from raystream.train import eval_job
 from raystream.train.eval_target import resolve
 from raystream.train.evaluator import Evaluator
+from raystream.train.faults import Faults
 from raystream.train.run import fit
 
 pytestmark = pytest.mark.slow
@@ -26,9 +27,9 @@ LONG_PROBE = ["eval.metrics=[knn]", "eval.max_probe_samples=24", "eval.batch_siz
 
 
 @pytest.fixture
-def long_probe(monkeypatch):
+def long_probe():
     """Every evaluating worker sleeps twice the collective time-out in each evaluation (faults.py's hook)."""
-    monkeypatch.setenv("RAYSTREAM_EVAL_DELAY_S", str(2 * TIMEOUT_S))
+    return Faults(eval_delay_s=2 * TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +37,8 @@ def trained(ray_cluster, tiny):
     return fit(tiny("trainer.num_workers=2", "trainer.max_steps=2", "trainer.correlation_steps=0"), run_name="evaled")
 
 
-def evaluate(cfg, target: str):
-    return eval_job.run(cfg, eval_job.prepare(cfg, target))
+def evaluate(cfg, target: str, step_hooks=None):
+    return eval_job.run(cfg, eval_job.prepare(cfg, target), step_hooks)
 
 
 def test_eval_job_on_two_workers_matches_one_process_and_reuses_its_features(trained, tiny, workdir):
@@ -67,7 +68,7 @@ def test_eval_job_on_two_workers_matches_one_process_and_reuses_its_features(tra
 
 
 def test_a_probe_longer_than_the_collective_timeout_trips_nothing(trained, tiny, long_probe):
-    out = evaluate(tiny("trainer.num_workers=2", *LONG_PROBE), trained["run_dir"])
+    out = evaluate(tiny("trainer.num_workers=2", *LONG_PROBE), trained["run_dir"], long_probe)
     assert 0.0 <= out["eval/knn_top1"] <= 1.0
     assert out["seconds"] > 2 * TIMEOUT_S  # every rank probed for longer than one collective may wait
 
@@ -76,7 +77,7 @@ def test_a_training_runs_own_long_evaluation_trips_nothing(ray_cluster, tiny, lo
     """Rank 0 alone evaluating after step 2 (eval.every=3, not a report step) while rank 1 waits in step 3's
     all-reduce would fail here (checked once by hand: gloo's time-out after 5 s); on every rank it does not."""
     final = fit(tiny("trainer.num_workers=2", "trainer.max_steps=4", "eval.every=3", "trainer.correlation_steps=0",
-                     *LONG_PROBE), run_name="long-eval")
+                     *LONG_PROBE), run_name="long-eval", step_hooks=long_probe)
     assert final["steps_done"] == 4 and 0.0 <= final["eval/knn_top1"] <= 1.0
 
 

@@ -68,9 +68,52 @@ def test_no_hooks_without_env(monkeypatch):
     faults.before_step({}, 0, 0)
 
 
+
+def test_faults_wrap_the_batches_from_outside_the_step(tmp_path):
+    """A `Faults` (what a test hands to `fit(step_hooks=...)`) survives pickling to a worker, places its marker in
+    the run directory, and wraps the batches: the failure fires before step 1 once, the next pass goes through;
+    without settings the batches are not wrapped at all."""
+    import pickle
+    from types import SimpleNamespace
+
+    hooks = pickle.loads(pickle.dumps(faults.Faults(fail_at_step=1, eval_delay_s=0.5).for_run(str(tmp_path), "r")))
+    assert hooks.settings["fail_marker"] == str(tmp_path / ".fault_injected_step1") and hooks.eval_delay_s == 0.5
+    batches = [SimpleNamespace(step=s) for s in range(3)]
+    seen = []
+    with pytest.raises(faults.FaultInjected, match="RAYSTREAM_FAIL_AT_STEP=1"):
+        for batch in hooks.around_steps(batches, rank=0, total=3):
+            seen.append(batch.step)
+    assert seen == [0]
+    assert [b.step for b in hooks.around_steps(batches, rank=0, total=3)] == [0, 1, 2]  # the restart goes past it
+    assert faults.Faults().around_steps(batches, rank=0, total=3) is batches
+    with pytest.raises(ValueError, match="pause_file"):
+        faults.Faults(pause_at_step=2)
+
+
+def test_the_cli_translates_the_environment_and_the_training_code_reads_none(monkeypatch):
+    """`raystream train` / `raystream eval` turn the documented variables into a `Faults`; nothing the run, its
+    workers or a sweep execute reads them (the hooks come in as `step_hooks`)."""
+    from pathlib import Path
+
+    import raystream
+    from raystream.cli import _step_hooks
+
+    monkeypatch.setenv("RAYSTREAM_FAIL_AT_STEP", "1")
+    monkeypatch.setenv("RAYSTREAM_STEP_DELAY_S", "0.25")
+    assert _step_hooks().settings == {"fail_at_step": 1, "fail_rank": 0, "step_delay_s": 0.25}
+    monkeypatch.delenv("RAYSTREAM_FAIL_AT_STEP")
+    monkeypatch.delenv("RAYSTREAM_STEP_DELAY_S")
+    assert _step_hooks() is None
+    package = Path(raystream.__file__).parent
+    words = ("from_env", "RAYSTREAM_FAIL", "RAYSTREAM_PAUSE", "RAYSTREAM_STEP_DELAY", "RAYSTREAM_EVAL_DELAY")
+    readers = [str(path.relative_to(package)) for folder in ("train", "tune")
+               for path in (package / folder).glob("*.py")
+               if path.name != "faults.py" and any(word in path.read_text() for word in words)]
+    assert readers == []
+
 @pytest.mark.slow
 def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(ray_cluster, tiny, tiny_overrides,
-                                                                               workdir, capfd, monkeypatch):
+                                                                               workdir, capfd):
     """The MLflow server dies after step 1 (the run paused before step 2) and stays down: training ends all the same, non-zero, naming the file of
     run's record beside the checkpoints and the command that writes it; that command, once the server is back,
     records every step exactly once and closes the run FINISHED."""
@@ -87,8 +130,7 @@ def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(
     from raystream.train import run
 
     paused = workdir["dir"] / "outage.paused"
-    monkeypatch.setenv("RAYSTREAM_PAUSE_AT_STEP", "2")
-    monkeypatch.setenv("RAYSTREAM_PAUSE_FILE", str(paused))
+    hooks = faults.Faults(pause_at_step=2, pause_file=str(paused))
     with restartable_mlflow() as server:
         overrides = [*tiny_overrides("trainer.num_workers=1"), f"mlflow.tracking_uri={server.uri}",
                      "trainer.run_name=outage"]
@@ -114,7 +156,7 @@ def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(
 
         killer = threading.Thread(target=kill_after_step_1, daemon=True)
         killer.start()
-        assert run.main(compose(overrides), overrides) == 1
+        assert run.main(compose(overrides), overrides, step_hooks=hooks) == 1
         killer.join()
         assert killed == {"while_paused": True}  # the server died with steps 2 to 5 still to come
         err = capfd.readouterr().err

@@ -2,7 +2,7 @@
 
 Three runs (6 steps of a global batch of 4, checkpoints every 2 steps), kept few because each Ray Train run costs
 a controller and a worker group:
-    single  1 worker  x 4 clips; the worker raises once before step 2 (RAYSTREAM_FAIL_AT_STEP) and Ray Train
+    single  1 worker  x 4 clips; the worker raises once before step 2 (fail_at_step) and Ray Train
             restarts it from the step-2 checkpoint (so step 2 is logged by the restarted attempt only)
     ddp     2 workers x 2 clips, uninterrupted, knn probe every 3 steps: the reference the others must equal
     killed  `raystream train` in a subprocess (1 worker) with a slow Ray Train controller, interrupted (SIGINT) while
@@ -23,6 +23,7 @@ from cli_driver import train_process, wait_for
 from raystream.config import ConfigError
 from raystream.tracking import client as make_client
 from raystream.train import checkpoint
+from raystream.train.faults import Faults
 from raystream.train.run import fit
 
 pytestmark = pytest.mark.slow
@@ -60,29 +61,16 @@ def steps_logged(workdir, run_id: str, key: str = "loss") -> list:
 
 @pytest.fixture(scope="module")
 def single(ray_cluster, tiny):
-    hooks = {"RAYSTREAM_FAIL_AT_STEP": "2", "RAYSTREAM_FAIL_RANK": "0"}
-    saved = {k: os.environ.get(k) for k in hooks}
-    os.environ.update(hooks)
-    try:
-        return fit(tiny("trainer.num_workers=1"), run_name="single")
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    return fit(tiny("trainer.num_workers=1"), run_name="single", step_hooks=Faults(fail_at_step=2, fail_rank=0))
 
 
 @pytest.fixture(scope="module")
 def ddp(ray_cluster, tiny):
-    # system metrics every 0.5 s, and steps of at least 0.5 s (RAYSTREAM_STEP_DELAY_S), so that the node's monitor
+    # system metrics every 0.5 s, and steps of at least 0.5 s (step_delay_s), so that the node's monitor
     # samples several times however fast the machine is (a CI run once saw a single sample)
     cfg = tiny("trainer.num_workers=2", "eval.metrics=[knn]", "eval.every=3", "eval.max_probe_samples=40",
                "mlflow.system_metrics_interval_s=0.5")
-    saved = os.environ.get("RAYSTREAM_STEP_DELAY_S")
-    os.environ["RAYSTREAM_STEP_DELAY_S"] = "0.5"
-    try:
-        return fit(cfg, run_name="ddp", mlflow_tags={"purpose": "test"})
-    finally:
-        os.environ.pop("RAYSTREAM_STEP_DELAY_S") if saved is None else os.environ.__setitem__("RAYSTREAM_STEP_DELAY_S",
-                                                                                                saved)
+    return fit(cfg, run_name="ddp", mlflow_tags={"purpose": "test"}, step_hooks=Faults(step_delay_s=0.5))
 
 
 def test_one_worker_with_a_restart_matches_two_uninterrupted_workers(single, ddp, tiny, workdir):

@@ -7,8 +7,8 @@ import torch
 
 from raystream.optim import build_optimizer, param_groups
 from raystream.optim.factory import OptimizerConfig
-from raystream.schedule import CosineWeightDecay, WarmupCosine, probe_lr_schedule
-from raystream.train.schedule import Schedules, build_weight_decay_schedule, set_weight_decay
+from raystream.schedule import (CosineWeightDecay, Schedules, WarmupCosine, build_weight_decay_schedule,
+                                probe_lr_schedule, set_weight_decay)
 
 
 def test_warmup_is_linear_and_first_step_moves():

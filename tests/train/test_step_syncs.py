@@ -1,7 +1,7 @@
-"""The step loop reads device values back once per log window (raystream/train/window.py), counted with the torch
-profiler on the real loop (`train_steps`: real model, optimizer, stream and MLflow; rank 0 of one worker, built
-in-process without Ray, so no report falls in the profiled steps). A divergence is still named at its exact step,
-whatever the window."""
+"""The step loop reads device values back once per log window (raystream/train/step.py: `StepWindow`), counted
+with the torch profiler on the real loop (`train_steps`: real model, optimizer, stream and MLflow; rank 0 of one
+worker, built in-process without Ray, so no report falls in the profiled steps). A divergence is still named at its
+exact step, whatever the window."""
 
 import itertools
 import math
@@ -15,7 +15,7 @@ from raystream.tracking import client as make_client
 from raystream.train.divergence import DivergedError
 from raystream.train.loop import LoopState, Records, train_steps
 from raystream.train.worker import Worker
-from raystream.train.window import READ_BACK
+from raystream.train.step import READ_BACK
 
 # a host read of a tensor (float(), .item()), and a selection by boolean mask (on a GPU it reads its count back)
 SYNCS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")

@@ -189,7 +189,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         quiet_terminal()  # Ray's token notice and colour codes (in a log file or pipe) left out
     if args.command == "train":
         from raystream.train.preflight import check_inputs  # lazy: see _dispatch
-        from raystream.train.run import main as train_main  # lazy: see _dispatch
+        from raystream.train.commands import main as train_main  # lazy: see _dispatch
 
         check_inputs(cfg)  # store, videos, evaluation data, start checkpoint: together; fit() opens the videos
         return train_main(cfg, overrides=args.overrides, step_hooks=_step_hooks())

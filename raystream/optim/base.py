@@ -314,14 +314,11 @@ _compiled: Dict = {}
 
 
 def _compiled_fn(fn):
-    """`fn` compiled once per process, with its own recompile limit (inductor then caches a graph per set of shapes
-    and flags)."""
+    """`fn` compiled once per process with its own recompile limit (inductor caches a graph per shapes and flags)."""
     if fn not in _compiled:
-        limit = {}
-        if "recompile_limit" in inspect.signature(torch.compile).parameters:
-            limit["recompile_limit"] = RECOMPILE_LIMIT
-        else:  # torch before 2.13 has one limit for the whole process (dynamo's recompile_limit / cache_size_limit)
-            config = torch._dynamo.config
+        limit = {"recompile_limit": RECOMPILE_LIMIT}
+        if "recompile_limit" not in inspect.signature(torch.compile).parameters:  # torch < 2.13: a process-wide one
+            config, limit = torch._dynamo.config, {}
             name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
             setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
         _compiled[fn] = torch.compile(fn, fullgraph=True, dynamic=False, options={"size_asserts": False}, **limit)

@@ -1,5 +1,5 @@
 """Faults a test injects into a run from outside its step: a `Faults` object handed to
-`fit(cfg, step_hooks=Faults(...))` (or `run.main`, `eval_job.run`), pickled to the workers, where it wraps the
+`fit(cfg, step_hooks=Faults(...))` (or `commands.main`, `eval_job.run`), pickled to the workers, where it wraps the
 batches before they reach the loop (`around_steps`) and delays the evaluations (`eval_delay_s`). The training code
 reads no environment for them: `raystream train` / `raystream eval` (raystream/cli.py) translate the documented
 environment variables below into a `Faults` (`from_env`), so `RAYSTREAM_FAIL_AT_STEP=1 raystream train ...` (the

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import os
 import shlex
-import signal
 import sys
 import time
 from contextlib import contextmanager, suppress
@@ -27,8 +26,7 @@ from ray.train import Checkpoint, CheckpointConfig, FailureConfig, LoggingConfig
 from ray.train.torch import TorchTrainer
 
 from raystream import diskspace
-from raystream.config import ConfigError, check, flatten
-from raystream.data import DataError
+from raystream.config import check, flatten
 from raystream.tracking import events, names
 from raystream.tracking.mirror import DRAIN_S, catch_up, drain, mirror_now
 from raystream.tracking.store import client as mlflow_client_for
@@ -362,55 +360,3 @@ def _warn_history_lost(client, run_id: str, name: str, info: Dict[str, Any], uri
             f"{step} on only. To record the whole run, start it again under a new trainer.run_name.")
     print(f"raystream: WARNING: {text}", file=sys.stderr, flush=True)
     retry(lambda: client.set_tag(run_id, names.TAG_WARNING, text), "tag run")
-
-
-def resume_command(name: str, overrides: Optional[Sequence[str]]) -> str:
-    """The command line that resumes run `name`: the same overrides, with its `trainer.run_name`."""
-    if overrides is None:
-        return f"raystream train <same overrides> trainer.run_name={shlex.quote(name)}"
-    kept = [o for o in overrides if not o.lstrip("+~").startswith("trainer.run_name=")]
-    return " ".join(["raystream", "train", *map(shlex.quote, kept), shlex.quote(f"trainer.run_name={name}")])
-
-
-def said_why_it_ended(command: str, exc: BaseException, resume: str) -> int:
-    """What a command that fits a run (`raystream train`, `raystream pretrain-start`) says on stderr when `fit`
-    raised `exc`, in one message without a traceback, and its exit code: 2 for a bad config or data, 128 + the
-    signal when interrupted (with `resume`, the command that resumes it), 1 for a divergence, an unreachable
-    tracking store or a failed training (with `resume`)."""
-    if isinstance(exc, (ConfigError, DataError)):
-        print(f"{command}: {exc}", file=sys.stderr)
-        return 2
-    if isinstance(exc, KeyboardInterrupt):
-        signame = getattr(exc, "signal", "SIGINT")
-        print(f"{command}: interrupted ({signame}); the MLflow run is marked KILLED. Resume from the last "
-              f"checkpoint with:\n  {resume}", file=sys.stderr)
-        return 128 + int(getattr(signal, signame, signal.SIGINT))
-    if isinstance(exc, DivergedError):
-        print(f"{command}: {exc}; the MLflow run is marked FAILED", file=sys.stderr)
-        return 1
-    if isinstance(exc, TrackingUnavailable):
-        print(f"{command}: {exc}", file=sys.stderr)
-        return 1
-    # ray.train.TrainingFailedError and what it wraps
-    print(f"{command}: training failed: {type(exc).__name__}: {exc}\nOnce the cause is fixed, resume from the last "
-          f"checkpoint with:\n  {resume}", file=sys.stderr)
-    return 1
-
-
-def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None, step_hooks: Optional[Any] = None) -> int:
-    """`raystream train <overrides>`: fit one run, print where its results are. Exit 0, 1 (training failed or
-    diverged), 2 (bad config or data) or 130 (interrupted: the resume command is printed). `step_hooks`: as `fit`'s."""
-    name = cfg.trainer.run_name or default_run_name(cfg)
-    print(f"raystream train: run {name} in {results.uri(cfg.trainer.storage_path)}/{name}", flush=True)
-    try:
-        final = fit(cfg, run_name=name, step_hooks=step_hooks)
-    except (Exception, KeyboardInterrupt) as exc:
-        return said_why_it_ended("raystream train", exc, resume_command(name, overrides))
-    shown = {k: v for k, v in final.items() if k.startswith(names.EVAL_PREFIX) or k == names.LOSS}
-    print(f"\nrun {final['run_name']}: {final.get('steps_done', '?')} steps, "
-          + ", ".join(f"{k} {v:.4g}" for k, v in sorted(shown.items()) if isinstance(v, (int, float))))
-    print(f"  checkpoint  {final['checkpoint_path']}")
-    print(f"  MLflow      run {final['mlflow_run_id']} at {tracking_uri(cfg)}  (mlflow ui --backend-store-uri "
-          f"{tracking_uri(cfg)})")
-    print(f"  resume      {resume_command(final['run_name'], overrides)}")
-    return 0

@@ -24,7 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 from raystream.config import ConfigError
 from raystream.data.demo.probe_images import ensure_generated_probe, is_generated_probe
 from raystream.train.preflight import check_inputs
-from raystream.train.run import fit, said_why_it_ended
+from raystream.train.commands import said_why_it_ended
+from raystream.train.run import fit
 
 EXPERIMENT = "table1_start"
 RECORD = "start.json"

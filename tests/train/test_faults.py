@@ -127,7 +127,7 @@ def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(
     from raystream.config import compose
     from raystream.tracking import client as make_client
     from raystream.tracking import events
-    from raystream.train import run
+    from raystream.train import commands
 
     paused = workdir["dir"] / "outage.paused"
     hooks = faults.Faults(pause_at_step=2, pause_file=str(paused))
@@ -156,7 +156,7 @@ def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(
 
         killer = threading.Thread(target=kill_after_step_1, daemon=True)
         killer.start()
-        assert run.main(compose(overrides), overrides, step_hooks=hooks) == 1
+        assert commands.main(compose(overrides), overrides, step_hooks=hooks) == 1
         killer.join()
         assert killed == {"while_paused": True}  # the server died with steps 2 to 5 still to come
         err = capfd.readouterr().err

@@ -11,7 +11,7 @@ import pytest
 
 from raystream.tracking import client as make_client
 from raystream.tracking import events, mirror, names, start_run
-from raystream.train import run
+from raystream.train import commands, run
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_a_successful_resume_clears_the_earlier_error_and_the_record_keeps_it(st
 def test_a_run_that_ends_early_says_why_once_with_its_resume_command(command, exc, code, said, capsys):
     """`raystream train` and `raystream pretrain-start` end a run the same way (pretrain-start printed a traceback
     on SIGTERM, 2026-11-27): one message naming the cause, the exit code, and how to resume where it applies."""
-    assert run.said_why_it_ended(command, exc, f"{command} trainer.seed=1") == code
+    assert commands.said_why_it_ended(command, exc, f"{command} trainer.seed=1") == code
     err = capsys.readouterr().err
     assert err.startswith(f"{command}: ") and said in err and "Traceback" not in err
     assert (f"{command} trainer.seed=1" in err) == (not isinstance(exc, run.DivergedError))

@@ -13,7 +13,7 @@ import sys
 import time
 
 from raystream.config import compose
-from raystream.train import run, storage
+from raystream.train import commands, storage
 from raystream.tune.lock import RUN_LOCK_FILE, RunLock
 
 HOLD = ("import sys, time; from raystream.train import storage; from raystream.tune.lock import RunLock; "
@@ -30,7 +30,7 @@ def test_a_second_train_of_the_same_run_refuses_naming_the_first(tmp_path, monke
         assert first.stdout.readline().strip() == "locked"
         overrides = ["trainer.run_name=same", f"trainer.storage_path={results}", "trainer.max_steps=2"]
         began = time.monotonic()
-        assert run.main(compose(overrides), overrides) == 2
+        assert commands.main(compose(overrides), overrides) == 2
         assert time.monotonic() - began < 30  # refused before Ray starts (seconds; a loaded machine: more)
         err = capsys.readouterr().err
         assert f"run same is already running in {results / 'same'}" in err

@@ -22,7 +22,7 @@ from raystream.data import DeviceStream, build_stream
 from raystream.data.decode.workers import available_cores
 from raystream.models import build_scenario
 from raystream.optim import GradCosineTracker, build_optimizer, param_groups
-from raystream.train.schedule import Schedules
+from raystream.schedule import Schedules
 from raystream.train.step import autocast_for, forward_backward, optimizer_update
 
 

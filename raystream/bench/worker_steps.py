@@ -30,7 +30,7 @@ import torch
 from raystream.bench.trainee import CheckFailed, Trainee, build_device_stream, sync
 from raystream.tracking import names
 from raystream.train import checkpoint
-from raystream.train.window import StepWindow, finite_check_values
+from raystream.train.step import StepWindow, finite_check_values
 
 
 class SyncCounter:

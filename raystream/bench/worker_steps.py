@@ -4,7 +4,7 @@
 The worker's pieces, called as raystream/train/loop.py calls them (that module imports Ray, which a bare GPU machine
 lacks): the model, optimizer and schedules built as `Worker.assemble` builds them (bench's `Trainee`), the worker's
 shard behind `DeviceStream`, each step's `forward_backward` and `optimizer_update` (step.py) with its values kept on
-the device in a `StepWindow` (window.py) and read back once, then rank 0's checkpoint: `checkpoint.snapshot` with
+the device in a `StepWindow` (step.py) and read back once, then rank 0's checkpoint: `checkpoint.snapshot` with
 the copy to host memory (what the step waits for when the write runs in Ray Train's upload thread: the save stall)
 and `checkpoint.write` (what that thread then does), into a temporary directory. Not run: DDP, Ray's reports.
 

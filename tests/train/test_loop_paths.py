@@ -54,7 +54,7 @@ def test_worker_config_is_typed_with_the_run_schema(tiny):
 
 @pytest.mark.slow
 def test_diverging_run_fails_at_its_step_without_retry(ray_cluster, tiny, workdir, capsys):
-    from raystream.train.run import main
+    from raystream.train.commands import main
 
     cfg = tiny("trainer.num_workers=1", "trainer.max_failures=3", "optimizer.lr=1e6", "optimizer.warmup_steps=0",
                "trainer.run_name=diverged")
@@ -124,7 +124,7 @@ def test_compiled_optimizer_trains_like_the_stock_one(ray_cluster, tiny, workdir
     import itertools
 
     from raystream.bench.trainee import Trainee, build_host_stream
-    from raystream.train.run import main
+    from raystream.train.commands import main
 
     assert main(tiny("trainer.num_workers=1", "optimizer.compile=true", "trainer.run_name=compiled")) == 0
     client = make_client(workdir["mlflow"])

@@ -46,7 +46,7 @@ def test_batch_not_divisible_by_workers():
 
 
 def test_main_reports_bad_videos_before_ray_starts(tmp_path, capsys):
-    from raystream.train.run import main
+    from raystream.train.commands import main
 
     cfg = compose([f"data.videos={tmp_path / 'missing.mp4'}", f"trainer.storage_path={tmp_path / 'results'}",
                    f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"])
@@ -64,7 +64,7 @@ def test_a_local_run_asking_more_cpus_than_the_machine_fails_before_ray_starts(t
 
     from raystream.train.preflight import machine_cpus
 
-    code = ("import sys; from raystream.config import compose; from raystream.train.run import main; "
+    code = ("import sys; from raystream.config import compose; from raystream.train.commands import main; "
             "rc = main(compose(sys.argv[1:])); import ray; print(rc, ray.is_initialized())")
     want = machine_cpus() + 1
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAYSTREAM_NO_RESOURCE_CHECK")}

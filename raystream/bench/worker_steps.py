@@ -86,6 +86,7 @@ def train_steps(cfg, device: torch.device, steps: int = 2) -> Dict[str, Any]:
                 out, norm = trainee.forward_backward(batch)
                 window.add(t, {names.LOSS: out["loss"]}, {names.GRAD_NORM: norm, **trainee.update()}, host)
             per_step.append(caught)
+        in_steps = [w for caught in per_step for w in caught]
         with syncs.counting() as in_read:
             values = window.read()
         sync(device)
@@ -99,9 +100,9 @@ def train_steps(cfg, device: torch.device, steps: int = 2) -> Dict[str, Any]:
     stall, write_s, size = _checkpoint(trainee)
     return {"steps": len(values), "build_s": built - began, "steps_s": trained - built,
             "losses": [s[names.LOSS] for _, s, _ in values],
-            "host_syncs_in_steps": syncs.count(sum(per_step, [])), "host_syncs_in_read": syncs.count(in_read),
+            "host_syncs_in_steps": syncs.count(in_steps), "host_syncs_in_read": syncs.count(in_read),
             "host_syncs_per_step": [syncs.count(c) for c in per_step] if device.type == "cuda" else None,
-            "host_sync_sites": syncs.sites(sum(per_step, [])),
+            "host_sync_sites": syncs.sites(in_steps),
             "checkpoint_stall_s": stall, "checkpoint_write_s": write_s, "checkpoint_bytes": size,
             "seconds": time.perf_counter() - began}
 

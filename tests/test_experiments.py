@@ -1,6 +1,8 @@
 """The paper's settings (supplementary Tables 5-7) as `+experiment=...`: every value of the tables the platform has
 a key for, composed and checked here against the tables, and each backbone built on the meta device and counted."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -75,8 +77,21 @@ def test_experiment_sets_its_table(name):
     opt = cfg.optimizer
     assert opt.warmup_steps > 0 and opt.min_lr_ratio < 1  # warm-up + cosine
     assert cfg.stream.order == "batch_along_time"
-    assert cfg.trainer.use_gpu and cfg.trainer.bf16
+    assert cfg.trainer.use_gpu and cfg.trainer.bf16 is None  # bf16 on a GPU, fp32 on a CPU rehearsal
     assert cfg.stream.batch_size % cfg.trainer.num_workers == 0
+
+
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_a_paper_preset_autocasts_bf16_on_a_gpu_and_rehearses_in_fp32_on_a_cpu(name):
+    """The CPU rehearsal (`trainer.use_gpu=false`) of a GPU preset must not autocast to bf16: on a CPU without bf16
+    units that costs ~10x fp32 (it made the ViT-S VideoMAE rehearsal's correlation 4 x 260 s instead of 4 x 25 s)."""
+    from raystream.train.step import autocast_for
+
+    cfg = paper(name, "trainer.use_gpu=false")
+    assert autocast_for(cfg.trainer, torch.device("cpu")) is contextlib.nullcontext
+    assert autocast_for(cfg.trainer, torch.device("cuda")) is not contextlib.nullcontext
+    assert autocast_for(compose([f"+experiment={name}", *DATA[name], "trainer.bf16=true"]).trainer,
+                        torch.device("cpu")) is not contextlib.nullcontext  # asked for: on any device
 
 
 @pytest.mark.parametrize("name", sorted(TABLES))

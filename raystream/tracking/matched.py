@@ -3,9 +3,10 @@ weights moved (`drift/*`, raystream/train/drift.py), so that an optimizer is not
 
 Lines are the table's rows with the lr axis taken out (e.g. optimizer x order), one point per lr: the mean over the
 row's seeds of the drift (x) and of the metric (y), their standard deviations as bars. The matched table reads
-each line at common drift values (log-spaced over the drifts the sweep reached), interpolating the metric and
-its seed spread linearly in log drift between the line's two measured points around the value; a value outside
-the line's measured range is said so, never extrapolated.
+each line at common drift values, log-spaced over the drifts that the most lines all reached (so that they are
+compared where they overlap, not where a line with a far wider range, such as Slower-AdamW's, stretches the
+scale), interpolating the metric and its seed spread linearly in log drift between the line's two measured
+points around the value; a value outside a line's measured range is said so, never extrapolated.
 
 The drift read is the evaluated module's when the scenario has one (DoRA's probes read `drift/teacher_backbone`),
 else `drift/params`. Used by `raystream report` (raystream/tracking/report.py): `matched.md`, `matched.csv` and
@@ -80,11 +81,24 @@ def lines(table, key: str) -> Lines:
 
 
 def common_drifts(found: Lines, n: int = MATCHED_POINTS) -> List[float]:
-    """`n` drift values log-spaced from the smallest to the largest mean drift any line reached."""
-    reached = [p.drift[0] for points in found.values() for p in points if p.drift[0] > 0]
-    if not reached:
+    """`n` drift values log-spaced over the range the most lines all reached: among the lines' measured ranges
+    (smallest to largest mean drift), the largest group sharing an interval, and of equal groups the one whose
+    shared interval is widest in log drift; that interval. Lines outside it read "outside" in the table. With
+    no two lines overlapping, the range from the smallest to the largest drift any line reached."""
+    ranges = [(points[0].drift[0], points[-1].drift[0]) for points in found.values()
+              if points and points[0].drift[0] > 0]
+    if not ranges:
         return []
-    lo, hi = min(reached), max(reached)
+    best = None  # (lines sharing it, log width, lo, hi)
+    for x in sorted({lo for lo, _ in ranges}):  # a shared interval starts at some line's lowest drift
+        group = [(lo, hi) for lo, hi in ranges if lo <= x <= hi]
+        lo, hi = max(lo for lo, _ in group), min(hi for _, hi in group)
+        candidate = (len(group), math.log(hi) - math.log(lo), lo, hi)
+        if best is None or candidate[:2] > best[:2]:
+            best = candidate
+    count, _, lo, hi = best
+    if count < 2:
+        lo, hi = min(lo for lo, _ in ranges), max(hi for _, hi in ranges)
     if n < 2 or hi <= lo:
         return [lo]
     return [math.exp(math.log(lo) + i * (math.log(hi) - math.log(lo)) / (n - 1)) for i in range(n)]

@@ -42,12 +42,34 @@ def test_metric_at_drift_is_linear_in_log_drift_between_measured_points():
 
 def test_matched_table_says_outside_instead_of_extrapolating():
     text = matched.markdown(sweep())
-    assert "drift/params = 0.05" in text and "drift/params = 0.4" in text
+    # the common drifts span where both lines reached (0.1-0.2), so both are read at every one of them
+    assert "drift/params = 0.1 |" in text and "drift/params = 0.2 |" in text and "outside (" not in text
     orth = next(line for line in text.splitlines() if line.startswith("| orth_adamw | eval/knn_top1"))
     cells = [c.strip() for c in orth.strip("|").split("|")][2:]
-    assert cells[0] == "0.5000 ± 0.0000"
-    assert cells[-1] == "outside (0.05-0.2)"
+    assert cells[0] == "0.4750 ± 0.0000"  # halfway in log from drift 0.05 (0.5) to 0.2 (0.45)
+    assert cells[-1] == "0.4500 ± 0.0000"
     assert matched.drift_key(sweep()) == "drift/params"
+    # a third line that moved the weights far more (Slower-AdamW at a high lr) does not stretch the scale
+    far = sweep()
+    far.rows += table([(("slower_adamw", "0.01"), [(0.5, 0.2), (0.5, 0.2)]),
+                       (("slower_adamw", "0.1"), [(2.0, 0.1), (2.0, 0.1)])]).rows
+    text = matched.markdown(far)
+    assert "drift/params = 0.1 |" in text and "drift/params = 0.2 |" in text
+    slower = next(line for line in text.splitlines() if line.startswith("| slow_adamw | eval/knn_top1"))
+    assert [c.strip() for c in slower.strip("|").split("|")][2:] == ["outside (0.5-2)"] * matched.MATCHED_POINTS
+
+
+def test_the_common_drifts_are_where_the_most_lines_overlap():
+    def line(lo, hi):
+        return [matched.Point(1e-3, (lo, 0.0), {}), matched.Point(2e-3, (hi, 0.0), {})]
+
+    # the regime's sweep of 2026-11-27: AdamW along time and shuffled, Orthogonal-AdamW, Slower-AdamW
+    found = {"a": line(0.0671, 0.145), "b": line(0.0665, 0.159), "c": line(0.0511, 0.0889), "d": line(0.0211, 1.92)}
+    drifts = matched.common_drifts(found)
+    assert drifts[0] == pytest.approx(0.0671) and drifts[-1] == pytest.approx(0.0889) and len(drifts) == 5
+    # no two lines overlapping: the whole range, each line outside most of it
+    assert matched.common_drifts({"a": line(0.01, 0.02), "b": line(0.1, 0.2)}) == pytest.approx(
+        [0.01 * 20 ** (i / 4) for i in range(5)])
 
 
 def test_a_sweep_without_an_lr_axis_has_no_matched_table():

@@ -13,7 +13,6 @@ import pytest
 from raystream.cli import main as cli_main
 from raystream.config import compose
 from raystream.data.stream.build import build_heldout_stream, build_stream
-from raystream.train import correlation
 
 VIDEOS, FRAMES = 8, 46  # 6 clips a video (each spans 26 source frames, 4 apart)
 

@@ -18,7 +18,6 @@ import mlflow
 import ray.train
 import torch
 from mlflow import MlflowClient
-from omegaconf import OmegaConf
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 

@@ -166,9 +166,46 @@ def write_csv(table, path: Path) -> Optional[Path]:
     return path
 
 
+def _draw(ax, found: Lines, metric: str) -> int:
+    """The lines of `metric` on `ax` (points labelled by lr, seed spread as bars); how many were drawn."""
+    drawn = 0
+    for label, points in found.items():
+        pts = [p for p in points if metric in p.metrics]
+        if not pts:
+            continue
+        ax.errorbar([p.drift[0] for p in pts], [p.metrics[metric][0] for p in pts],
+                    xerr=[p.drift[1] for p in pts], yerr=[p.metrics[metric][1] for p in pts], marker="o",
+                    capsize=3, label=label)
+        for p in pts:
+            ax.annotate(f"{p.lr:g}", (p.drift[0], p.metrics[metric][0]), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+        drawn += 1
+    ax.set_xscale("log")
+    return drawn
+
+
+def _zoom(ax, found: Lines, metric: str, drifts: List[float]) -> None:
+    """`ax` limited to the matched table's drifts (dotted), its y range to what the lines read there."""
+    ys = [v for points in found.values() for d in drifts for v in _spread(at_drift(points, metric, d))]
+    ys += [v for points in found.values() for p in points
+           if metric in p.metrics and drifts[0] / 1.15 <= p.drift[0] <= drifts[-1] * 1.15
+           for v in _spread(p.metrics[metric])]
+    ax.set_xlim(drifts[0] / 1.15, drifts[-1] * 1.15)
+    if ys:
+        pad = 0.08 * ((max(ys) - min(ys)) or abs(max(ys)) or 1.0)
+        ax.set_ylim(min(ys) - pad, max(ys) + pad)
+    for d in drifts:
+        ax.axvline(d, color="grey", linestyle=":", linewidth=0.8)
+
+
+def _spread(got: Optional[Tuple[float, float]]) -> List[float]:
+    return [got[0] - got[1], got[0] + got[1]] if got else []
+
+
 def plot(table, out: Path) -> List[Path]:
     """`<metric>_vs_drift.png` per compared metric: one line per optimizer x order, one point per lr (labelled),
-    seed spread as bars in both directions, drift on a log axis."""
+    seed spread as bars in both directions, drift on a log axis. Where the lines reach far wider than the range
+    they share, a second panel shows that range (the matched table's drifts, dotted)."""
     key = drift_key(table)
     found = lines(table, key) if key else {}
     if not found:
@@ -178,28 +215,24 @@ def plot(table, out: Path) -> List[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # lazy: after the backend is chosen
 
+    drifts = common_drifts(found)
+    reached = [p.drift[0] for points in found.values() for p in points if p.drift[0] > 0]
+    zoom = len(drifts) > 1 and max(reached) / min(reached) > 2 * drifts[-1] / drifts[0]
     files = []
     for metric in compared_metrics(table):
-        fig, ax = plt.subplots(figsize=(5.5, 3.8))
-        drawn = 0
-        for label, points in found.items():
-            pts = [p for p in points if metric in p.metrics]
-            if not pts:
-                continue
-            ax.errorbar([p.drift[0] for p in pts], [p.metrics[metric][0] for p in pts],
-                        xerr=[p.drift[1] for p in pts], yerr=[p.metrics[metric][1] for p in pts], marker="o",
-                        capsize=3, label=label)
-            for p in pts:
-                ax.annotate(f"{p.lr:g}", (p.drift[0], p.metrics[metric][0]), fontsize=6, xytext=(3, 3),
-                            textcoords="offset points")
-            drawn += 1
-        if not drawn:
+        fig, axes = plt.subplots(1, 2 if zoom else 1, figsize=(10 if zoom else 5.5, 3.8), squeeze=False)
+        axes = list(axes[0])
+        if not all(_draw(ax, found, metric) for ax in axes):
             plt.close(fig)
             continue
-        ax.set_xscale("log")
         column = names.report_column(metric)
-        ax.set(xlabel=f"{key} (||θ - θ_0|| / ||θ_0||)", ylabel=column, title=f"{column} at matched drift (points: lr)")
-        files.append(save(fig, ax, out / f"{column.replace('/', '_')}_vs_drift.png"))
+        for ax in axes:
+            ax.set(xlabel=f"{key} (||θ - θ_0|| / ||θ_0||)", ylabel=column)
+        axes[0].set_title(f"{column} at matched drift (points: lr)", fontsize=9)
+        if zoom:
+            _zoom(axes[1], found, metric, drifts)
+            axes[1].set_title("where the lines overlap (the matched table's drifts)", fontsize=9)
+        files.append(save(fig, axes[0], out / f"{column.replace('/', '_')}_vs_drift.png"))
     return files
 
 

@@ -76,3 +76,24 @@ def test_a_sweep_without_an_lr_axis_has_no_matched_table():
     t = sweep()
     t.row_axes = ["optimizer", "stream.order"]
     assert matched.markdown(t) == "" and matched.lines(t, "drift/params") == {}
+
+
+def _png_width(path) -> int:
+    import struct
+
+    return struct.unpack(">I", path.read_bytes()[16:20])[0]
+
+
+def test_a_line_reaching_far_wider_adds_a_panel_of_the_shared_range(tmp_path):
+    same_range = table([(("adamw", "0.001"), [(0.1, 0.4), (0.1, 0.4)]), (("adamw", "0.002"), [(0.4, 0.3), (0.4, 0.3)]),
+                        (("orthogonal_adamw", "0.001"), [(0.1, 0.5), (0.1, 0.5)]),
+                        (("orthogonal_adamw", "0.002"), [(0.4, 0.45), (0.4, 0.45)])])
+    (tmp_path / "near").mkdir()
+    (near,) = matched.plot(same_range, tmp_path / "near")  # one panel: the lines share their whole range
+    far = sweep()
+    far.rows += table([(("slower_adamw", "0.01"), [(0.5, 0.2), (0.5, 0.2)]),
+                       (("slower_adamw", "0.1"), [(2.0, 0.1), (2.0, 0.1)])]).rows
+    (tmp_path / "far").mkdir()
+    (wide,) = matched.plot(far, tmp_path / "far")
+    assert near.name == wide.name == "eval_knn_top1_vs_drift.png"
+    assert _png_width(wide) > 1.5 * _png_width(near)  # the second panel: the shared range, 0.1-0.2

@@ -85,8 +85,7 @@ def common_drifts(found: Lines, n: int = MATCHED_POINTS) -> List[float]:
     (smallest to largest mean drift), the largest group sharing an interval, and of equal groups the one whose
     shared interval is widest in log drift; that interval. Lines outside it read "outside" in the table. With
     no two lines overlapping, the range from the smallest to the largest drift any line reached."""
-    ranges = [(points[0].drift[0], points[-1].drift[0]) for points in found.values()
-              if points and points[0].drift[0] > 0]
+    ranges = _ranges(found)
     if not ranges:
         return []
     best = None  # (lines sharing it, log width, lo, hi)
@@ -102,6 +101,16 @@ def common_drifts(found: Lines, n: int = MATCHED_POINTS) -> List[float]:
     if n < 2 or hi <= lo:
         return [lo]
     return [math.exp(math.log(lo) + i * (math.log(hi) - math.log(lo)) / (n - 1)) for i in range(n)]
+
+
+def _ranges(found: Lines) -> List[Tuple[float, float]]:
+    """Each line's measured range: its smallest and largest positive mean drift (points are sorted by drift)."""
+    out = []
+    for points in found.values():
+        positive = [p.drift[0] for p in points if p.drift[0] > 0]
+        if positive:
+            out.append((positive[0], positive[-1]))
+    return out
 
 
 def at_drift(points: List[Point], metric: str, drift: float) -> Optional[Tuple[float, float]]:
@@ -216,15 +225,17 @@ def plot(table, out: Path) -> List[Path]:
     import matplotlib.pyplot as plt  # lazy: after the backend is chosen
 
     drifts = common_drifts(found)
-    reached = [p.drift[0] for points in found.values() for p in points if p.drift[0] > 0]
-    zoom = len(drifts) > 1 and max(reached) / min(reached) > 2 * drifts[-1] / drifts[0]
+    ranges = _ranges(found)
+    zoom = len(drifts) > 1 and max(hi for _, hi in ranges) / min(lo for lo, _ in ranges) > 2 * drifts[-1] / drifts[0]
     files = []
     for metric in compared_metrics(table):
         fig, axes = plt.subplots(1, 2 if zoom else 1, figsize=(10 if zoom else 5.5, 3.8), squeeze=False)
         axes = list(axes[0])
-        if not all(_draw(ax, found, metric) for ax in axes):
+        if not _draw(axes[0], found, metric):
             plt.close(fig)
             continue
+        if zoom:
+            _draw(axes[1], found, metric)
         column = names.report_column(metric)
         for ax in axes:
             ax.set(xlabel=f"{key} (||θ - θ_0|| / ||θ_0||)", ylabel=column)

@@ -29,6 +29,14 @@ def sweep():
                   (("orthogonal_adamw", "0.002"), [(0.2, 0.45), (0.2, 0.45)])])
 
 
+def far_sweep():
+    """sweep() and a third line that moved the weights far more (Slower-AdamW at a high lr): drift 0.5 and 2."""
+    far = sweep()
+    far.rows += table([(("slower_adamw", "0.01"), [(0.5, 0.2), (0.5, 0.2)]),
+                       (("slower_adamw", "0.1"), [(2.0, 0.1), (2.0, 0.1)])]).rows
+    return far
+
+
 def test_metric_at_drift_is_linear_in_log_drift_between_measured_points():
     found = matched.lines(sweep(), "drift/params")
     assert list(found) == ["adamw", "orth_adamw"]
@@ -50,9 +58,7 @@ def test_matched_table_says_outside_instead_of_extrapolating():
     assert cells[-1] == "0.4500 ± 0.0000"
     assert matched.drift_key(sweep()) == "drift/params"
     # a third line that moved the weights far more (Slower-AdamW at a high lr) does not stretch the scale
-    far = sweep()
-    far.rows += table([(("slower_adamw", "0.01"), [(0.5, 0.2), (0.5, 0.2)]),
-                       (("slower_adamw", "0.1"), [(2.0, 0.1), (2.0, 0.1)])]).rows
+    far = far_sweep()
     text = matched.markdown(far)
     assert "drift/params = 0.1 |" in text and "drift/params = 0.2 |" in text
     slower = next(line for line in text.splitlines() if line.startswith("| slow_adamw | eval/knn_top1"))
@@ -90,9 +96,7 @@ def test_a_line_reaching_far_wider_adds_a_panel_of_the_shared_range(tmp_path):
                         (("orthogonal_adamw", "0.002"), [(0.4, 0.45), (0.4, 0.45)])])
     (tmp_path / "near").mkdir()
     (near,) = matched.plot(same_range, tmp_path / "near")  # one panel: the lines share their whole range
-    far = sweep()
-    far.rows += table([(("slower_adamw", "0.01"), [(0.5, 0.2), (0.5, 0.2)]),
-                       (("slower_adamw", "0.1"), [(2.0, 0.1), (2.0, 0.1)])]).rows
+    far = far_sweep()
     (tmp_path / "far").mkdir()
     (wide,) = matched.plot(far, tmp_path / "far")
     assert near.name == wide.name == "eval_knn_top1_vs_drift.png"

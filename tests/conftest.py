@@ -14,13 +14,15 @@ import torch
 
 def pytest_configure(config):
     """Demo videos go to a cache of the tests (kept between sessions, outside the user's home), never into
-    ~/.cache/raystream; Ray Train polls its workers often. Subprocesses and Ray workers inherit both."""
+    ~/.cache/raystream; Ray Train polls its workers often and skips what no test reads (tests/ray_env.py).
+    Subprocesses and Ray workers inherit both."""
     import tempfile
 
     os.environ.setdefault("RAYSTREAM_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"raystream-tests-{os.getuid()}"))
-    # The Train controller polls its workers every 2 s by default; tiny test runs finish faster at 0.25 s. Set for
-    # the whole session, so the `raystream` subprocesses of the end-to-end tests poll as fast as in-process runs.
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.25")
+    from ray_env import RAY_TEST_ENV  # the poll interval, and no preemption watcher or JSON logs
+
+    for key, value in RAY_TEST_ENV.items():
+        os.environ.setdefault(key, value)
 
 
 # The suite runs on 2 xdist workers (`make test`: `-n 2`) in two long queues and the unit tests around them: the Ray

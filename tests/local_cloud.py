@@ -25,6 +25,8 @@ from typing import Dict, Iterator, List, Optional
 
 import pytest
 
+from ray_env import RAY_TEST_ENV
+
 BIN = Path(sys.executable).parent
 
 
@@ -235,8 +237,7 @@ def fake_autoscaling_cluster(root: Path, env: Dict[str, str], config) -> Iterato
     gcs = f"127.0.0.1:{port}"
     (home / "ray_bootstrap_config.yaml").write_text(yaml.safe_dump(config(gcs)))
     env = {k: v for k, v in env.items() if not k.startswith(("RAY_", "MLFLOW_"))}
-    env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1",
-               RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.25",
+    env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1", **RAY_TEST_ENV,
                # Ray's OOM killer judges the whole machine's memory: on a shared CI machine it would kill these
                # tiny trials for other processes' memory (the kernel's OOM killer still guards the machine).
                RAY_memory_monitor_refresh_ms="0",

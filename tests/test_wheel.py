@@ -1,6 +1,11 @@
 """A wheel is a whole install: built from the checkout, installed WITHOUT -e into a fresh virtual environment and run
 from a directory outside the checkout, `raystream` finds its configs (package data), inspects the demo and trains.
 
+That environment is also a machine without decord (an aarch64 GPU node, an Apple-silicon laptop: decord 0.6.0 has no
+wheel there; tests/test_install_without_decord.py checks the requirement markers): decord and torchcodec are hidden
+in it (their import fails as an uninstalled module's does), so the demo's stream and the tiny train are decoded by
+PyAV, the decoder every platform has.
+
 Offline: the wheel is built with the test environment's setuptools (no build isolation) and installed with no
 index; the fresh environment takes its third-party dependencies from the test environment (a .pth naming its
 site-packages), but raystream itself only from the wheel, which the first test checks.
@@ -21,6 +26,8 @@ import pytest
 CHECKOUT = Path(__file__).resolve().parents[1]
 # What a build reads: the metadata, the licence, the package and the config tree it maps into the package.
 BUILD_INPUTS = ("pyproject.toml", "README.md", "LICENSE", "raystream", "sweeps")
+# What a machine without decord's wheels lacks (torchcodec is an extra): hidden in the wheel's environment.
+HIDDEN = ("decord", "torchcodec")
 # The tiny run of tests/train/conftest.py TINY, cut to two steps.
 TINY_TRAIN = ["stream.batch_size=4", "trainer.max_steps=2", "trainer.checkpoint_every=2", "trainer.log_every=1",
               "trainer.report_every=2", "eval.metrics=[]", "trainer.correlation_steps=1", "optimizer.warmup_steps=1"]
@@ -65,7 +72,8 @@ def wheel(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def installed(wheel, tmp_path_factory) -> dict:
-    """A fresh venv holding the wheel; `home` is a directory outside the checkout to run commands in."""
+    """A fresh venv holding the wheel, without decord or torchcodec; `home` is a directory outside the checkout to run
+    commands in."""
     root = tmp_path_factory.mktemp("venv")
     venv = root / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
@@ -75,6 +83,10 @@ def installed(wheel, tmp_path_factory) -> dict:
     # listed in another .pth, so raystream can come only from the wheel (checked below).
     deps = [p for p in sys.path if _site_packages(p)]
     (purelib / "test_env_deps.pth").write_text("\n".join(deps) + "\n")
+    for name in HIDDEN:  # found before the test environment's copy, and its import fails as a missing module's does
+        (purelib / name).mkdir()
+        (purelib / name / "__init__.py").write_text(
+            f"raise ModuleNotFoundError(\"No module named '{name}'\", name={name!r})\n")
     _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps", "--no-index",
           str(wheel)])
     home = root / "home"
@@ -102,9 +114,12 @@ def test_the_wheel_holds_every_module_the_config_tree_and_the_licence(wheel):
 def test_raystream_comes_from_the_wheel_and_finds_its_configs_outside_the_checkout(installed):
     out = _run([str(installed["venv"] / "bin" / "python"), "-c",
                 "import json, os, sys, raystream; from raystream.config import config_dir; "
-                "print(json.dumps([raystream.__file__, str(config_dir()), [os.path.abspath(p) for p in sys.path]]))"],
+                "from raystream.data.decode.backends import installed_decoders; "
+                "print(json.dumps([raystream.__file__, str(config_dir()), [os.path.abspath(p) for p in sys.path], "
+                "installed_decoders()]))"],
                cwd=installed["home"], env=installed["env"])
-    module, configs, path = json.loads(out.stdout)
+    module, configs, path, decoders = json.loads(out.stdout)
+    assert decoders == ["pyav"]  # no decord, no torchcodec: PyAV decodes everything below
     assert Path(module).is_relative_to(installed["purelib"])
     assert Path(configs) == installed["purelib"] / "raystream" / "_sweeps"
     assert not [p for p in path if _inside_checkout(p) and not _site_packages(p)], "the checkout is on sys.path"
@@ -116,7 +131,7 @@ def test_raystream_comes_from_the_wheel_and_finds_its_configs_outside_the_checko
 def test_data_inspect_of_the_demo_from_the_wheel(installed):
     out = _raystream(installed, "data", "inspect", "--batches", "2")
     batches = [json.loads(line) for line in out.stdout.splitlines()]
-    assert [b["step"] for b in batches] == [0, 1] and all(b["clips"] for b in batches)
+    assert [b["step"] for b in batches] == [0, 1] and all(b["clips"] for b in batches)  # decoded by PyAV
 
 
 @pytest.mark.slow

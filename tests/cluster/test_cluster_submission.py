@@ -29,6 +29,7 @@ from typing import Dict, List
 import pytest
 
 from local_cloud import BIN, answers_on, free_port, http, outbound_ip, spawn, stop, up, wait_until
+from ray_env import RAY_TEST_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +79,7 @@ def local_cluster():
         token_path.chmod(0o600)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_"))}
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_path), RAY_USAGE_STATS_ENABLED="0",
-                   PYTHONUNBUFFERED="1", RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.25")  # tests/conftest.py's poll
+                   PYTHONUNBUFFERED="1", **RAY_TEST_ENV)
         # As on a cluster node where raystream is installed: its console scripts are on the PATH the job's
         # entrypoint (`raystream sweep ...`) is run with, even when pytest runs from an unactivated venv.
         env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"

@@ -27,6 +27,7 @@ import pytest
 from mlflow import MlflowClient
 
 from local_cloud import answers_on, http, kill_processes_under, local_s3, mlflow_server, outbound_ip, spawn, stop
+from ray_env import RAY_TEST_ENV
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +55,7 @@ def cloud():
                 # RAY_memory_monitor_refresh_ms=0: Ray's OOM killer judges the whole machine's memory, and would kill
                 # these tiny trials for other processes' memory on a shared CI machine.
                 env.update(MLFLOW_TRACKING_URI=server.uri, PYTHONUNBUFFERED="1", RAY_USAGE_STATS_ENABLED="0",
-                           RAY_memory_monitor_refresh_ms="0", RAY_TRAIN_HEALTH_CHECK_INTERVAL_S="0.25")
+                           RAY_memory_monitor_refresh_ms="0", **RAY_TEST_ENV)
                 yield {"root": root, "s3": s3, "mlflow": server, "env": env, "client": MlflowClient(server.uri)}
     finally:
         kill_processes_under(root)

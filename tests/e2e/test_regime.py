@@ -1,8 +1,9 @@
 """The shipped regime (issue 17): `+experiment=regime` composes the stream where the paper's effect holds on a CPU,
-`sweep=regime` plans the paper's comparison over it, and a tiny version of that sweep runs end to end as a user
-runs it (the CLI in a fresh directory, a local Ray cluster, real decord on the demo videos, MLflow in sqlite):
-every trial records the stream correlation measured at run start, and `raystream report` prints the table with
-the Figure 1 / Figure 3 plots logged on the sweep's parent run.
+`sweep=regime` plans the paper's comparison over it, and a tiny sweep over it runs end to end as a user runs it (the
+CLI in a fresh directory, real decoding of the demo videos, MLflow in sqlite): every trial records the stream
+correlation measured at run start, and `raystream report` prints the table with the Figure 1 / Figure 3 plots logged
+on the sweep's parent run. The same tiny sweep (an lr axis) checks the matched-drift report
+(tests/e2e/test_matched_drift.py plans the full sweeps).
 """
 
 from __future__ import annotations
@@ -39,15 +40,24 @@ def test_regime_sweep_plans_the_papers_comparison():
 
 
 @pytest.mark.slow
-def test_tiny_regime_sweep_end_to_end(tmp_path):
-    """2 trials (Orthogonal-AdamW x batch along time / shuffled, seed 0) of 4 steps on a short walking tour: what
-    the sweep records and reports, not its figures (tests/train/test_correlation.py pins those)."""
+def test_tiny_regime_sweep_end_to_end_with_its_matched_drift_report(tmp_path, ray_cluster):
+    """3 trials of 3 steps on a short walking tour (Orthogonal-AdamW, seed 0: lr 1e-3 and 4e-3 along time, lr 1e-3
+    shuffled), on the session's Ray cluster (as `RAY_ADDRESS`: no Ray start per command): what the sweep records and
+    reports, not its figures (tests/train/test_correlation.py pins those). One sweep serves the regime's table and
+    the matched-drift instrument (issue 46): every trial logs drift/params beside each evaluation, and the report
+    prints the matched table and logs the drift plot with the gradient-cosine curves."""
+    from mlflow import MlflowClient
+
     db = tmp_path / "mlflow.db"
-    overrides = [*REGIME, "optimizer=orthogonal_adamw", "trainer.seed=0", "trainer.max_steps=4",
-                 "trainer.correlation_steps=1", "data.demo.frames_per_video=240", "eval.heldout_batches=2",
-                 f"data.demo.cache_dir={tmp_path / 'demo'}", f"mlflow.tracking_uri=sqlite:///{db}",
+    overrides = ["+experiment=regime", "sweep=matched_regime", "optimizer=orthogonal_adamw", "trainer.seed=0",
+                 "sweep.grid={optimizer.lr: [0.001, 0.004], stream.order: [batch_along_time, shuffled]}",
+                 "sweep.exclude=[{optimizer.lr: 0.004, stream.order: shuffled}]", "trainer.max_steps=3",
+                 "trainer.correlation_steps=1", "data.demo.frames_per_video=240", "eval.heldout_batches=1",
+                 "eval.every=2", f"data.demo.cache_dir={tmp_path / 'demo'}", f"mlflow.tracking_uri=sqlite:///{db}",
                  "mlflow.experiment=regime-e2e", f"trainer.storage_path={tmp_path / 'results'}"]
-    trials, report, logged = sweep_and_report(tmp_path, overrides, cli_env(), db, "regime-e2e")
+    trials, report, logged = sweep_and_report(tmp_path, overrides, cli_env(RAY_ADDRESS=ray_cluster), db,
+                                             "regime-e2e", trials=3)
+    client = MlflowClient(f"sqlite:///{db}")
     for run in trials:
         m = run.data.metrics
         assert -1 <= m["correlation/sequential"] <= 1 and -1 <= m["correlation/shuffled"] <= 1, m
@@ -56,6 +66,12 @@ def test_tiny_regime_sweep_end_to_end(tmp_path):
         phases = {k: v for k, v in m.items() if k.startswith("time/")}
         assert set(phases) == {f"time/{p}_s" for p in ("start", "correlation", "steps", "checkpoint", "evaluation")}
         assert all(v > 0 for v in phases.values()), phases
-    assert "| stream.order | n |" in report and "grad_cos_prev_mean" in report
-    assert "| batch_along_time | 1 |" in report and "| shuffled | 1 |" in report
-    assert {"report/grad_cos_curves.png", "report/grad_cos_hist.png", "report/report.md"} <= logged
+        steps = lambda key: sorted(x.step for x in client.get_metric_history(run.info.run_id, key))  # noqa: E731
+        assert steps("drift/params") == steps("eval/mse_out_of_stream") == [1, 2]  # at eval.every and the end
+        assert m["drift/params"] > 0
+    assert "| stream.order | optimizer.lr | n |" in report and "grad_cos_prev_mean" in report
+    rows = ("| batch_along_time | 0.001 | 1 |", "| batch_along_time | 0.004 | 1 |", "| shuffled | 0.001 | 1 |")
+    assert all(any(line.startswith(row) for line in report.splitlines()) for row in rows), report
+    assert "drift/params" in report and "matched drift" in report and "drift/params = " in report
+    assert {"report/grad_cos_curves.png", "report/grad_cos_hist.png", "report/report.md", "report/matched.md",
+            "report/matched.csv", "report/eval_mse_out_of_stream_vs_drift.png"} <= logged

@@ -20,6 +20,7 @@ import pytest
 
 from cli_driver import train_process, wait_for
 from local_cloud import BIN, free_port, spawn, stop, up
+from ray_env import RAY_TEST_ENV
 
 pytestmark = pytest.mark.slow  # a CLI run on its own local cluster, and a second cluster beside it
 
@@ -31,7 +32,7 @@ def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path)
     paused = tmp_path / "paused"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_"))}
     env.update(RAY_TMPDIR=str(ray_tmp), RAY_USAGE_STATS_ENABLED="0")
-    run_env = dict(env, RAYSTREAM_PAUSE_AT_STEP="2", RAYSTREAM_PAUSE_FILE=str(paused))
+    run_env = dict(env, **RAY_TEST_ENV, RAYSTREAM_PAUSE_AT_STEP="2", RAYSTREAM_PAUSE_FILE=str(paused))
     overrides = ["stream.batch_size=4", "trainer.max_steps=4", "trainer.checkpoint_every=2", "trainer.log_every=1",
                  "eval.metrics=[]", "trainer.correlation_steps=0", "trainer.max_failures=0",  # no silent restart
                  f"trainer.storage_path={tmp_path / 'results'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}",

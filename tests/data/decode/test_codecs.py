@@ -212,6 +212,6 @@ def test_the_variable_frame_rate_mkv_streams_within_seconds(coded, decoder):
 def test_a_decoder_that_is_not_installed_is_named_before_any_file_is_opened(coded, tmp_path):
     missing = [d for d in ("torchcodec", "decord") if d not in installed_decoders()]
     if not missing:
-        pytest.skip("every decoder is installed here (tests/test_install_without_decord.py runs without them)")
+        pytest.skip("every decoder is installed here (tests/test_wheel.py runs without them)")
     with pytest.raises(DataError, match=f"data.decoder = {missing[0]}: {missing[0]} is not installed"):
         build_stream(data_cfg([_video(coded, "h264_bframes_mp4")[0]], decoder=missing[0]), stream_cfg())

@@ -48,4 +48,4 @@ test-fast: install-dev
 
 # Everything raystream writes under the working directory (docs/operations.md, "Files and services"), the venv and pip's egg-info.
 clean:
-	rm -rf $(VENV) raystream.egg-info mlflow.db .mlflow.db.*.tmp mlruns* raystream_results reports outputs multirun .pytest_cache .hypothesis
+	rm -rf $(VENV) raystream.egg-info suite_cpu.tsv mlflow.db .mlflow.db.*.tmp mlruns* raystream_results reports outputs multirun .pytest_cache .hypothesis

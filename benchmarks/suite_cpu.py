@@ -1,0 +1,106 @@
+"""Where the test suite's CPU goes: a pytest plugin that sums, per test, the CPU time of the pytest process (an xdist
+worker) and every process below it (Ray's daemons and workers, CLI subprocesses), read from /proc every 0.3 s.
+
+    PYTHONPATH=benchmarks python -m pytest tests -n 2 -p suite_cpu          # Linux only
+
+At the end each worker appends its rows (CPU-s, wall-s, test id) to $SUITE_CPU_OUT (default suite_cpu.tsv), and the
+controller prints the modules' totals. On 2 busy cores the suite's wall time follows its CPU-seconds, not its
+test-seconds (docs/suite.md). A process that ends between two reads loses at most 0.3 s of its CPU.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+TICKS = os.sysconf("SC_CLK_TCK")
+OUT = Path(os.environ.get("SUITE_CPU_OUT", "suite_cpu.tsv")).resolve()  # before any test changes directory
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+class _Tree:
+    """The most CPU each process below this one has been seen to use, by (pid, start time)."""
+
+    def __init__(self) -> None:
+        self.root = os.getpid()
+        self.seen: dict = {}
+        self.lock = threading.Lock()
+
+    def scan(self) -> None:
+        procs = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                stat = _read(f"/proc/{name}/stat")
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            procs[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS, fields[19])
+        below, grew = {self.root}, True
+        while grew:
+            grew = False
+            for pid, (parent, _, _) in procs.items():
+                if parent in below and pid not in below:
+                    below.add(pid)
+                    grew = True
+        with self.lock:
+            for pid in below & procs.keys():
+                key = (pid, procs[pid][2])
+                self.seen[key] = max(self.seen.get(key, 0.0), procs[pid][1])
+
+    def total(self) -> float:
+        self.scan()
+        with self.lock:
+            return sum(self.seen.values())
+
+
+_tree = _Tree()
+_rows: list = []
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist): a fresh file
+        OUT.unlink(missing_ok=True)
+
+
+def _scan_forever() -> None:
+    while True:
+        _tree.scan()
+        time.sleep(0.3)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not _rows and not any(t.name == "suite_cpu" for t in threading.enumerate()):  # where tests run, from the first
+        threading.Thread(target=_scan_forever, daemon=True, name="suite_cpu").start()
+    cpu, wall = _tree.total(), time.time()
+    yield
+    _rows.append((_tree.total() - cpu, time.time() - wall, item.nodeid))
+
+
+def pytest_sessionfinish(session):
+    if _rows:  # a worker (or a run without xdist): its rows
+        with open(OUT, "a") as f:
+            f.writelines(f"{cpu:.1f}\t{wall:.1f}\t{nodeid}\n" for cpu, wall, nodeid in _rows)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not OUT.exists() or hasattr(terminalreporter.config, "workerinput"):
+        return
+    modules: dict = collections.defaultdict(float)
+    for line in OUT.read_text().splitlines():
+        cpu, _, nodeid = line.split("\t")
+        modules[nodeid.split("::")[0]] += float(cpu)
+    terminalreporter.write_sep("=", f"CPU-seconds by module ({OUT}; {sum(modules.values()):.0f} in all)")
+    for module, cpu in sorted(modules.items(), key=lambda kv: -kv[1])[:25]:
+        terminalreporter.write_line(f"{cpu:8.1f}  {module}")

@@ -1,0 +1,33 @@
+"""benchmarks/suite_cpu.py, the plugin that says where the suite's CPU goes (docs/suite.md): a test whose
+subprocess burns a second of CPU is charged that second, a test that sleeps is not, and the controller prints the
+modules' totals."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+BURN = '''
+import subprocess, sys, time
+
+def test_burns_a_second_in_a_child():
+    subprocess.run([sys.executable, "-c", "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 1.0: pass"], check=True)
+
+def test_sleeps():
+    time.sleep(1.0)
+'''
+
+
+def test_a_childs_cpu_is_charged_to_its_test_and_a_sleep_is_not(tmp_path):
+    (tmp_path / "test_burn.py").write_text(BURN)
+    out = tmp_path / "cpu.tsv"
+    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS), "SUITE_CPU_OUT": str(out)}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_cpu", "-q", "-p", "no:cacheprovider",
+                          "test_burn.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = {line.split("\t")[2]: float(line.split("\t")[0]) for line in out.read_text().splitlines()}
+    assert rows["test_burn.py::test_burns_a_second_in_a_child"] >= 0.9
+    assert rows["test_burn.py::test_sleeps"] < 0.3
+    assert "CPU-seconds by module" in run.stdout and "test_burn.py" in run.stdout

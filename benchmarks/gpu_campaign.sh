@@ -22,6 +22,18 @@ if ! "$PYTHON" -c "import hydra, omegaconf, av" 2>/dev/null; then
     "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
         "$CARRY"/wheels/*.whl || exit 2
     export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+    if [ -d "$SITE/torchcodec" ] && [ -d "$SITE/av.libs" ]; then
+        # torchcodec links libavcodec.so.62 and the rest by their plain names; PyAV's wheel bundles FFmpeg 8 (with
+        # NVDEC) under hashed names, which find each other through their own folder: link the plain names there.
+        # NPP (CARRY/lib) and torch's CUDA libraries (site-packages/nvidia/*/lib) complete torchcodec's CUDA build.
+        for f in "$SITE"/av.libs/lib{avutil,avcodec,avformat,avdevice,avfilter,swscale,swresample}-*.so.*; do
+            base=$(basename "$f")
+            ln -sf "$base" "$SITE/av.libs/${base%%-*}.so.$(echo "${base#*.so.}" | cut -d. -f1)"
+        done
+        nvidia=$("$PYTHON" -c "import os, torch; print(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), 'nvidia'))")
+        libs=$SITE/av.libs:$(realpath -m "$CARRY/lib")$(find "$nvidia" -maxdepth 3 -type d -name lib -printf ':%p' 2>/dev/null)
+        export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 exec "$PYTHON" -m raystream.bench.campaign --demo-dir "$CARRY/demo" "$@"

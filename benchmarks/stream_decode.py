@@ -75,7 +75,6 @@ def _rss_mib() -> float:
 def child(method: str, video: str, setting: str, decoder: str, resolution: int, naive_clips: int,
           reset_frames: int = 1, workers: int = 1, order: str = "batch_along_time") -> dict:
     """One measurement in this (fresh) process: frames delivered and seconds."""
-    import decord
     import torch
 
     from raystream.data.decode.frames import crop_square, scaled_size
@@ -97,6 +96,8 @@ def child(method: str, video: str, setting: str, decoder: str, resolution: int, 
         return {"frames": frames, "seconds": seconds, "cpu_s": time.process_time() - cpu0,
                 "decoded": stream.frames_decoded, "held_frames": stream.frames_held,
                 "video_frames": stream.videos[0].num_frames, "rss_quarters": rss}
+    import decord  # lazy: the naive and sequential methods read with decord; the stream with any decoder
+
     width, height = scaled_size(*frame_size(video), resolution)
     if method == "sequential":
         vr = decord.VideoReader(video, ctx=decord.cpu(0), num_threads=1)

@@ -16,6 +16,9 @@ For each paper preset (DoRA ViT-S/16, VideoMAE ViT-B/16, future prediction ViT-L
 Then:
   decode    frames/s of the clip stream per decoder that imports here (backends.DECODERS), measured by
             benchmarks/stream_decode.py's `child` on a video it writes;
+  gpu_decode  on CUDA only: `raystream bench --decoders` (decoders.py: each decoder, torchcodec on NVDEC where it
+            loads, 1 and 2 decode workers, a 256 px demo video and a 1080p H.264 file with B-frames), and whether
+            NVDEC decoded frames into device memory (torchcodec's CPU-fallback status);
   eval      bf16 feature extraction (eval_rates.py `encode_rate`): ViT-S/16 images/s at 224 px, ViT-B/16 clips/s.
 
 Every phase draws on one time budget (default 420 s, inside the 8 minutes a device call is given); a phase that
@@ -157,6 +160,26 @@ class Campaign:
                         out["decoders"][key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0]}"}
         return out
 
+    def gpu_decode(self) -> Dict[str, Any]:
+        from raystream.bench import decoders  # lazy: writes its videos with PyAV, on CUDA only
+        from raystream.data.decode.torchcodec_reader import TorchCodecReader, cuda_unavailable
+
+        why = cuda_unavailable()
+        out: Dict[str, Any] = {"gpu": why or "available"}
+        with tempfile.TemporaryDirectory(prefix="raystream-campaign-decoders-") as d:
+            if why is None:
+                reader = TorchCodecReader(str(decoders.write_1080p(Path(d) / "probe.mp4", 30)), size=(398, 224),
+                                          device="cuda")
+                frames = reader.get([0, 17, 29])
+                import torchcodec  # lazy: loaded by the reader just above
+
+                out["nvdec"] = {"frames_device": str(frames.device), "shape": list(frames.shape),
+                                "cpu_fallback": str(getattr(reader._dec, "cpu_fallback", "not reported")),
+                                "torchcodec": torchcodec.__version__}
+                reader.close()
+            out.update(decoders.measure(Path(d), frames_1080p=120, repeat=1))
+        return out
+
     def eval(self) -> Dict[str, Any]:
         dev = torch.device(self.device)
         if self.tiny:
@@ -174,6 +197,10 @@ class Campaign:
 
     def run(self) -> Dict[str, Any]:
         self.phase(self.result, "decode", self.decode)  # seconds each: first, so that the presets cannot crowd
+        if self.device == "cuda":
+            self.phase(self.result, "gpu_decode", self.gpu_decode)
+        else:  # the suite measures decoders.py on the CPU (tests/bench/test_bench_decoders.py)
+            self.result["gpu_decode"] = {"skipped": "no CUDA device"}
         self.phase(self.result, "eval", self.eval)      # them out (the presets' compiling takes minutes)
         for name in PRESETS:
             if self.left() <= 30:
@@ -242,6 +269,15 @@ def markdown(r: Dict[str, Any]) -> str:
         for key, v in d["decoders"].items():
             lines.append(f"| {key} | {_f(v.get('frames_per_s'), '{:.0f}') if 'frames_per_s' in v else v}"
                          .replace("{", "").replace("}", "") + " |")
+    g = r.get("gpu_decode", {})
+    if "rows" in g:
+        nv = g.get("nvdec", {})
+        lines += ["", f"decoders (`raystream bench --decoders`, best of {g['repeat']}), GPU decoding: {g['gpu']}"
+                      + (f"; NVDEC probe: frames on {nv['frames_device']}, CPU fallback: {nv['cpu_fallback']}"
+                         if nv else ""),
+                  "", "| video | decoder | workers | frames/s | frames per CPU-s | read by |", "|---|---|---|---|---|---|"]
+        lines += [f"| {x['video']} | {x['decoder']} | {x['workers']} | {x['frames_per_s']:.0f} | "
+                  f"{x['frames_per_cpu_s']:.0f} | {x['read_by']} |" for x in g["rows"]]
     ev = r.get("eval", {})
     if "vit_s16_images_per_s" in ev:
         lines += ["", f"evaluation features ({'bf16' if ev['bf16'] else 'fp32'}, {ev['resolution']} px): ViT-S/16 "

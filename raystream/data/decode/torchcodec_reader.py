@@ -106,7 +106,7 @@ class TorchCodecReader:
     @property
     def cpu_fallback(self) -> Optional[str]:
         """On the GPU, why torchcodec decodes on the CPU after all (its CpuFallbackStatus); None where it does not."""
-        status = self._dec.cpu_fallback
+        status = getattr(self._dec, "cpu_fallback", None)  # torchcodec 0.11 and later report it
         return str(status) if status else None
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from raystream.models.dora.augment import make_views
 from raystream.models.dora.loss import DoraLoss
 from raystream.models.dora.sinkhorn import sinkhorn_knopp
 from raystream.models.dora.teacher import cosine_momentum
-from raystream.models.dora.tracking import mask_clips
+from raystream.models.dora.tracking import discover_objects, mask_clips
 from raystream.models.pixels import normalize_input
 
 
@@ -114,6 +114,21 @@ def test_tracking_masks_have_the_frame_shape_and_select_some_patches():
     pixel = masks.repeat_interleave(8, -2).repeat_interleave(8, -1).permute(1, 0, 2, 3, 4).unsqueeze(3)
     assert torch.equal(masked, torch.where(pixel, frames.unsqueeze(0), torch.zeros(())))
     assert not torch.equal(masks[:, 0], masks[:, 1]) or not torch.equal(masks[:, 1], masks[:, 2])
+
+
+def test_object_discovery_picks_heads_without_an_index_tensor():
+    """The chosen heads' attention maps are read as views: indexing by a list makes an index tensor that a GPU
+    copies and waits for at every step (the H200 campaign of 2026-11-27 counted it: DoRA's one sync per step)."""
+    g = torch.Generator().manual_seed(0)
+    cls_attn, query, feats = (torch.rand(2, 6, 16, generator=g), torch.randn(2, 16, 8, generator=g),
+                              torch.randn(2, 16, 8, generator=g))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        prototypes = discover_objects(cls_attn, query, feats, heads=[4, 1, 3], iterations=3)
+    assert not [e.name for e in prof.events() if e.name in ("aten::index", "aten::lift_fresh")]
+    maps = cls_attn[:, [4, 1, 3]]  # what the views must equal
+    expected = sinkhorn_knopp(F.normalize(feats, dim=-1) @ torch.einsum("bkn,bnd->bkd", maps, query).transpose(-2, -1),
+                              0.05, 3).transpose(-2, -1) @ F.normalize(feats, dim=-1)
+    assert torch.allclose(prototypes, expected, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------ teacher

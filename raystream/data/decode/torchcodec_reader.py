@@ -62,6 +62,17 @@ def decode_device(requested: str, decoder: str) -> Tuple[str, Optional[str]]:
     return "cuda", None
 
 
+def scale_frames(frames, size: Tuple[int, int]):
+    """uint8 frames (n, H, W, 3) scaled to `size` = (height, width) where they are (bilinear, antialiased, as
+    torchcodec's Resize on the CPU): how the GPU path scales what NVDEC decoded without leaving the device."""
+    import torch  # lazy: loaded with torchcodec already
+    import torch.nn.functional as F
+
+    scaled = F.interpolate(frames.permute(0, 3, 1, 2).float(), size=tuple(size), mode="bilinear", antialias=True,
+                           align_corners=False)
+    return scaled.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+
+
 class TorchCodecReader:
     """torchcodec.decoders.VideoDecoder with seek_mode="exact", one FFmpeg thread, frames as (n, H, W, 3) uint8."""
 
@@ -70,7 +81,11 @@ class TorchCodecReader:
         from torchcodec.transforms import Resize  # lazy: as VideoDecoder
 
         self.path, self.device = str(path), str(device)
-        transforms = [Resize((int(size[1]), int(size[0])))] if size is not None else None
+        # torchcodec 0.11 applies transforms on the CPU only ("Transforms are only supported for CPU devices"):
+        # on the GPU the frames are scaled on the device after decoding (bilinear, antialiased, as Resize does)
+        self._device_size = (int(size[1]), int(size[0])) if size is not None and self.device != "cpu" else None
+        transforms = ([Resize((int(size[1]), int(size[0])))] if size is not None and self._device_size is None
+                      else None)
         try:
             self._dec = VideoDecoder(self.path, seek_mode="exact", num_ffmpeg_threads=1, dimension_order="NHWC",
                                      device=self.device, transforms=transforms)
@@ -92,7 +107,11 @@ class TorchCodecReader:
         except (RuntimeError, IndexError, ValueError) as exc:
             span = f"[{indices[0]}..{indices[-1]}]"
             raise DataError(f"{self.path}: torchcodec failed to decode frames {span}: {first_line(exc)}") from None
-        return data if data.is_cuda else data.numpy()
+        if not data.is_cuda:
+            return data.numpy()
+        if self._device_size is not None and tuple(data.shape[1:3]) != self._device_size:
+            data = scale_frames(data, self._device_size)
+        return data
 
     def times_of(self, indices: Sequence[int]) -> List[float]:
         """Seconds of frames `indices` from the first frame, as torchcodec's index has them (decodes them)."""

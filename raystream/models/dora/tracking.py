@@ -61,7 +61,8 @@ def discover_objects(cls_attn: torch.Tensor, query: torch.Tensor, patch_features
 
     cls_attn (B, H, N), query (B, N, D), patch_features (B, N, D) (the teacher's output patch tokens).
     """
-    maps = cls_attn[:, list(heads)].float()  # (B, K, N)
+    # one view per head, stacked: indexing by a list would copy the list to the GPU and wait for it every step
+    maps = torch.stack([cls_attn[:, h] for h in heads], dim=1).float()  # (B, K, N)
     prototypes = torch.einsum("bkn,bnd->bkd", maps, query.float())
     features = F.normalize(patch_features.float(), dim=-1)
     assignment = sinkhorn_knopp(features @ prototypes.transpose(-2, -1), epsilon, iterations)  # (B, N, K)

@@ -90,6 +90,26 @@ def test_frames_scaled_by_the_decoder_match_the_pil_reference(tmp_path, decoder,
     assert np.abs(shifted - reference).mean() > 2 * diff.mean()
 
 
+@pytest.mark.parametrize("width, height, resolution", [(128, 96, 48), (96, 128, 64)])
+def test_frames_scaled_on_the_decoding_device_match_the_pil_reference(tmp_path, width, height, resolution):
+    """data.decode_device=cuda scales what NVDEC decoded on the device (torchcodec 0.11 applies its Resize on the
+    CPU only): the same scaling, run here on CPU tensors, is as close to the reference as the decoders' own."""
+    pytest.importorskip("torchcodec")
+    from raystream.data.decode.torchcodec_reader import TorchCodecReader, scale_frames
+
+    path = _smooth_video(tmp_path / "smooth.mp4", width, height)
+    frames = [0, 5, 11]
+    full = TorchCodecReader(path).get(frames)
+    reference = square_resize(full, resolution).astype(int)
+    w, h = scaled_size(width, height, resolution)
+    scaled = scale_frames(torch.from_numpy(full), (h, w))
+    assert scaled.dtype == torch.uint8 and scaled.shape == (3, h, w, 3)
+    diff = np.abs(crop_square(scaled.numpy(), resolution).astype(int) - reference)
+    assert diff.mean() < 3.0 and np.percentile(diff, 99) <= 24, (diff.mean(), np.percentile(diff, 99))
+    by_torchcodec = TorchCodecReader(path, size=(w, h)).get(frames).astype(int)
+    assert np.abs(scaled.numpy().astype(int) - by_torchcodec).mean() < 3.0
+
+
 def test_sizes_decord_cannot_scale_to_are_resized_after_decoding(block_videos):
     info = VideoInfo(block_videos[0], 40, 30.0, 32, 32)
     reader = open_scaled_reader(info, 16, "decord")  # decord 0.6 fails on 16 px wide output

@@ -3,6 +3,7 @@ file and one Markdown table. `benchmarks/gpu_campaign.sh` runs it on the GPU mac
 gathers here what that machine lacks (docs/benchmarks.md, "The GPU campaign").
 
     python -m raystream.bench.campaign --out DIR [--device cuda|cpu] [--tiny] [--budget 420] [--demo-dir DIR]
+                                       [--presets NAME,NAME,...]   # which presets, in that order (default: all)
     python -m raystream.bench.campaign --prepare [--tiny] [--demo-dir DIR]   # the demo videos it reads (PyAV)
 
 For each paper preset (DoRA ViT-S/16, VideoMAE ViT-B/16, future prediction ViT-L/16) at its per-GPU batch:
@@ -102,8 +103,9 @@ def _stream_decode():
 class Campaign:
     """The phases in order, each recorded under its name in `result` (its figures, or `{"error": ...}`)."""
 
-    def __init__(self, device: str, tiny: bool, budget_s: float, demo_dir: str):
+    def __init__(self, device: str, tiny: bool, budget_s: float, demo_dir: str, presets: Optional[List[str]] = None):
         self.device, self.tiny, self.demo_dir = device, tiny, demo_dir
+        self.presets = list(presets or PRESETS)
         self.budget_s, self.started = float(budget_s), time.monotonic()
         self.result: Dict[str, Any] = {
             "device": device, "tiny": tiny, "torch": torch.__version__, "budget_s": self.budget_s,
@@ -202,7 +204,7 @@ class Campaign:
         else:  # the suite measures decoders.py on the CPU (tests/bench/test_bench_decoders.py)
             self.result["gpu_decode"] = {"skipped": "no CUDA device"}
         self.phase(self.result, "eval", self.eval)      # them out (the presets' compiling takes minutes)
-        for name in PRESETS:
+        for name in self.presets:
             if self.left() <= 30:
                 self.result["presets"][name] = {"preset": name, "skipped": "time budget"}
                 continue
@@ -305,6 +307,8 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=420.0, help="seconds for the whole campaign")
     p.add_argument("--demo-dir", default=DEMO_DIR, help="where the demo videos are (or are written)")
     p.add_argument("--prepare", action="store_true", help="only write the demo videos into --demo-dir")
+    p.add_argument("--presets", default=",".join(PRESETS),
+                   help="the presets to measure, in this order (comma-separated; default: all, as listed in PRESETS)")
     args = p.parse_args(argv)
     if args.prepare:
         for path in prepare(args.tiny, args.demo_dir):
@@ -318,7 +322,11 @@ def main(argv=None) -> int:
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = Campaign(device, args.tiny, args.budget, args.demo_dir).run()
+    presets = [name for name in args.presets.split(",") if name]
+    unknown = [name for name in presets if name not in PRESETS]
+    if unknown:
+        p.error(f"--presets: unknown {', '.join(unknown)} (expected some of {', '.join(PRESETS)})")
+    result = Campaign(device, args.tiny, args.budget, args.demo_dir, presets).run()
     (out / "campaign.json").write_text(json.dumps(result, indent=1, default=str))
     table = markdown(result)
     (out / "campaign.md").write_text(table)

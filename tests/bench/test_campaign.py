@@ -18,12 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_campaign_dry_run_measures_every_phase_of_every_preset(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "CAMPAIGN_CARRY": str(tmp_path / "carry")}
+    order = list(reversed(PRESETS))  # --presets picks the order (a GPU call whose budget ends early skips the last)
     out = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_campaign.sh"), "--device", "cpu", "--tiny",
-                          "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=900, env=env)
+                          "--presets", ",".join(order), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=900, env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     r = json.loads((tmp_path / "out" / "campaign.json").read_text())
     assert r["failed"] == [] and r["imported"] == [] and r["tiny"] and r["device"] == "cpu"
-    assert set(r["presets"]) == set(PRESETS)
+    assert list(r["presets"]) == order
     for name, p in r["presets"].items():
         b, e, t = p["bench"], p["estimate"], p["train"]
         assert b["batch_size"] == 2 and b["from_memory_steps_per_s"] > 0 and b["live_steps_per_s"] > 0, name
@@ -41,3 +43,12 @@ def test_campaign_dry_run_measures_every_phase_of_every_preset(tmp_path):
     table = (tmp_path / "out" / "campaign.md").read_text()
     assert all(f"| {name} | 2 |" in table for name in PRESETS), table
     assert table in out.stdout
+
+
+def test_an_unknown_preset_is_named_before_anything_runs(tmp_path, capsys):
+    from raystream.bench.campaign import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--out", str(tmp_path), "--device", "cpu", "--presets", "dora_vit_s,vit_h"])
+    assert info.value.code == 2 and "--presets: unknown vit_h" in capsys.readouterr().err
+    assert not (tmp_path / "campaign.json").exists()

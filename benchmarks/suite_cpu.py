@@ -5,7 +5,8 @@ worker) and every process below it (Ray's daemons and workers, CLI subprocesses)
 
 At the end each worker appends its rows (CPU-s, wall-s, test id) to $SUITE_CPU_OUT (default suite_cpu.tsv), and the
 controller prints the modules' totals. On 2 busy cores the suite's wall time follows its CPU-seconds, not its
-test-seconds (docs/suite.md). A process that ends between two reads loses at most 0.3 s of its CPU.
+test-seconds (docs/suite.md). A process reaped within the tree is charged in full (its parent's cutime); an orphan
+loses at most its last 0.3 s.
 """
 
 from __future__ import annotations
@@ -28,11 +29,15 @@ def _read(path: str) -> str:
 
 
 class _Tree:
-    """The most CPU each process below this one has been seen to use, by (pid, start time)."""
+    """The CPU this process and every process below it have used, as of the last read. Each process is read with
+    its reaped children's CPU (utime + stime + cutime + cstime), so a child that ends and is reaped by a process of
+    the tree is charged in full, however short its last moment was; one that ends where no process of the tree
+    reaps it (an orphan) is charged what it had used when last seen."""
 
     def __init__(self) -> None:
         self.root = os.getpid()
-        self.seen: dict = {}
+        self.live: dict = {}  # (pid, start time) -> (parent pid, CPU-s with its reaped children)
+        self.orphaned = 0.0
         self.lock = threading.Lock()
 
     def scan(self) -> None:
@@ -45,7 +50,8 @@ class _Tree:
             except OSError:
                 continue
             fields = stat[stat.rindex(")") + 2:].split()
-            procs[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS, fields[19])
+            cpu = sum(int(f) for f in fields[11:15]) / TICKS  # utime, stime, cutime, cstime
+            procs[int(name)] = (int(fields[1]), cpu, fields[19])
         below, grew = {self.root}, True
         while grew:
             grew = False
@@ -53,15 +59,18 @@ class _Tree:
                 if parent in below and pid not in below:
                     below.add(pid)
                     grew = True
+        now = {(pid, procs[pid][2]): procs[pid][:2] for pid in below & procs.keys()}
         with self.lock:
-            for pid in below & procs.keys():
-                key = (pid, procs[pid][2])
-                self.seen[key] = max(self.seen.get(key, 0.0), procs[pid][1])
+            alive = {pid for pid, _ in now}
+            for key, (parent, cpu) in self.live.items():
+                if key not in now and parent not in alive:  # ended with no process of the tree left to reap it
+                    self.orphaned += cpu
+            self.live = now
 
     def total(self) -> float:
         self.scan()
         with self.lock:
-            return sum(self.seen.values())
+            return self.orphaned + sum(cpu for _, cpu in self.live.values())
 
 
 _tree = _Tree()
@@ -81,7 +90,7 @@ def _scan_forever() -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    if not _rows and not any(t.name == "suite_cpu" for t in threading.enumerate()):  # where tests run, from the first
+    if not any(t.name == "suite_cpu" for t in threading.enumerate()):  # where tests run, from the first
         threading.Thread(target=_scan_forever, daemon=True, name="suite_cpu").start()
     cpu, wall = _tree.total(), time.time()
     yield

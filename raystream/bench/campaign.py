@@ -164,7 +164,7 @@ class Campaign:
 
     def gpu_decode(self) -> Dict[str, Any]:
         from raystream.bench import decoders  # lazy: writes its videos with PyAV, on CUDA only
-        from raystream.data.decode.torchcodec_reader import TorchCodecReader, cuda_unavailable
+        from raystream.data.decode.torchcodec_reader import TorchCodecReader, cuda_unavailable  # lazy: as above
 
         why = cuda_unavailable()
         out: Dict[str, Any] = {"gpu": why or "available"}

@@ -66,7 +66,7 @@ def scale_frames(frames, size: Tuple[int, int]):
     """uint8 frames (n, H, W, 3) scaled to `size` = (height, width) where they are (bilinear, antialiased, as
     torchcodec's Resize on the CPU): how the GPU path scales what NVDEC decoded without leaving the device."""
     import torch  # lazy: loaded with torchcodec already
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # lazy: as torch
 
     scaled = F.interpolate(frames.permute(0, 3, 1, 2).float(), size=tuple(size), mode="bilinear", antialias=True,
                            align_corners=False)

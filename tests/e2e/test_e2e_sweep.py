@@ -3,8 +3,9 @@ the embedded MLflow store (./mlflow.db), the demo videos, the real Ray Train run
 
 One sweep serves every test here (trials are minutes on 2 CPUs): smoke with the order axis collapsed to shuffled
 and a second grid axis `scenario: [videomae, broken]`, where `broken` (a scenario group file written by the test:
-VideoMAE started from a checkpoint of its own shape whose weights are all NaN) makes its trials fail, so 2 trials
-train and 2 fail once their Train run has started (their loss is NaN at step 0; a corrupt video, or a checkpoint
+VideoMAE started from a checkpoint of its own shape whose weights are all NaN) makes its trial fail; AdamW's broken
+cell is excluded (`sweep.exclude`: one failing trial shows what two did, for a trial's Ray processes less), so 2
+trials train and 1 fails once its Train run has started (its loss is NaN at step 0; a corrupt video, or a checkpoint
 that does not fit the model, would now stop the whole sweep before Ray starts). It runs one trial at a time, is
 stopped with SIGTERM (a job scheduler, `timeout`; raystream handles it as Ctrl+C, with the signal named) once the
 first trial has finished, waits, and is started again with the same command, which resumes it.
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.slow
 OVERRIDES = ["sweep=smoke", "stream.order=shuffled", "+sweep.grid.scenario=[videomae,broken]",
              "sweep.max_concurrent_trials=1", "trainer.max_steps=6", "trainer.checkpoint_every=3",
              "trainer.max_failures=0", "eval.probe_epochs=5", "eval.max_probe_samples=100",
-             "trainer.correlation_steps=1"]  # the measurement runs in every trial; its figures are not checked here
+             "trainer.correlation_steps=1", "sweep.exclude=[{optimizer.name: adamw, scenario: broken}]"]  # the measurement runs in every trial; its figures are not checked here
 # Between the interrupt and the resume: the parent run's duration must not count it. Longer than the 5 s the check
 # below allows for start-up, so a counted pause still fails it.
 PAUSE_S = 12
@@ -115,7 +116,7 @@ def test_interrupted_sweep_resumes_without_redoing_finished_trials(sweep):
     assert "run the same command again" in phase1 and "Tuner.restore" not in phase1  # one resume hint
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "(resumed)" in out.stdout
-    assert "2 trials finished, 2 failed" in out.stdout
+    assert "2 trials finished, 1 failed" in out.stdout
     first_trial = sweep["first"].data.tags["raystream.trial_id"]
     runs_of_first = [r for r in _children(sweep["client"]) if r.data.tags["raystream.trial_id"] == first_trial]
     assert len(runs_of_first) == 1  # not run again
@@ -129,9 +130,9 @@ def test_interrupted_sweep_resumes_without_redoing_finished_trials(sweep):
 def test_failing_trials_are_recorded_and_do_not_stop_the_others(sweep):
     out, parent = sweep["out"], _parent(sweep)
     failed_lines = [line for line in out.stdout.splitlines() if line.startswith("  failed trial ")]
-    assert len(failed_lines) == 2, out.stdout[-3000:]
+    assert len(failed_lines) == 1, out.stdout[-3000:]
     assert all("'scenario': 'broken'" in line and "is nan at step 0" in line for line in failed_lines), failed_lines
-    assert parent.data.tags["raystream.trials_failed"] == "2"
+    assert parent.data.tags["raystream.trials_failed"] == "1"
     assert parent.data.tags["raystream.trials_finished"] == "2"
     assert parent.info.status == "FINISHED"
 
@@ -172,7 +173,8 @@ def test_report_table_printed_written_and_logged(sweep):
     log = next(line for line in lines if "Ray's and Tune's output: " in line).split("output: ")[1].split(" (")[0]
     assert "RayTrainWorker" in Path(log).read_text()  # the workers' output
     report_dir = tmp / "reports" / parent.info.run_name
-    assert (report_dir / "report.md").read_text().count("\n| ") == 5
+    report_md = (report_dir / "report.md").read_text()
+    assert report_md.count("\n| ") == 4 and "| adamw | broken |" not in report_md  # header + the 3 cells run
     assert (report_dir / "report.csv").exists() and (report_dir / "grad_cos_hist.png").exists()
     logged = {a.path for a in sweep["client"].list_artifacts(parent.info.run_id, "report")}
     assert {"report/report.md", "report/report.csv", "report/grad_cos_hist.png"} <= logged
@@ -187,11 +189,11 @@ def test_report_table_printed_written_and_logged(sweep):
 def test_failed_trials_are_failed_child_runs_with_grid_values_and_reason(sweep):
     client, parent = sweep["client"], _parent(sweep)
     failed = [r for r in _children(client, parent.info.run_id) if r.info.status == "FAILED"]
-    assert len(failed) == 2, [(r.info.status, r.data.tags.get("raystream.grid.scenario")) for r in
+    assert len(failed) == 1, [(r.info.status, r.data.tags.get("raystream.grid.scenario")) for r in
                               _children(client, parent.info.run_id)]
     for run in failed:
         assert run.data.tags["raystream.grid.scenario"] == "broken"
-        assert run.data.tags["raystream.grid.optimizer.name"] in ("adamw", "orthogonal_adamw")
+        assert run.data.tags["raystream.grid.optimizer.name"] == "orthogonal_adamw"  # AdamW's broken cell excluded
         assert "is nan at step 0" in run.data.tags["raystream.error"], run.data.tags["raystream.error"]
         # its start checkpoint, checked once before Ray started, is named on the trial's run all the same
         assert str(sweep["tmp"] / "bad.pt") in run.data.tags["raystream.init"], run.data.tags

@@ -30,8 +30,9 @@ if ! "$PYTHON" -c "import hydra, omegaconf, av" 2>/dev/null; then
             base=$(basename "$f")
             ln -sf "$base" "$SITE/av.libs/${base%%-*}.so.$(echo "${base#*.so.}" | cut -d. -f1)"
         done
-        nvidia=$("$PYTHON" -c "import os, torch; print(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), 'nvidia'))")
-        libs=$SITE/av.libs:$(realpath -m "$CARRY/lib")$(find "$nvidia" -maxdepth 3 -type d -name lib -printf ':%p' 2>/dev/null)
+        nvidia=$("$PYTHON" -c "import os, torch; print(os.path.join(os.path.dirname(torch.__path__[0]), 'nvidia'))")
+        libs=$SITE/av.libs:$(realpath -m "$CARRY/lib")
+        libs+=$(find "$nvidia" -maxdepth 3 -type d -name lib -printf ':%p' 2>/dev/null)
         export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     fi
 fi

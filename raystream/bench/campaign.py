@@ -176,7 +176,7 @@ class Campaign:
                 import torchcodec  # lazy: loaded by the reader just above
 
                 out["nvdec"] = {"frames_device": str(frames.device), "shape": list(frames.shape),
-                                "cpu_fallback": str(getattr(reader._dec, "cpu_fallback", "not reported")),
+                                "cpu_fallback": reader.cpu_fallback or "none",
                                 "torchcodec": torchcodec.__version__}
                 reader.close()
             out.update(decoders.measure(Path(d), frames_1080p=120, repeat=1))
@@ -277,7 +277,8 @@ def markdown(r: Dict[str, Any]) -> str:
         lines += ["", f"decoders (`raystream bench --decoders`, best of {g['repeat']}), GPU decoding: {g['gpu']}"
                       + (f"; NVDEC probe: frames on {nv['frames_device']}, CPU fallback: {nv['cpu_fallback']}"
                          if nv else ""),
-                  "", "| video | decoder | workers | frames/s | frames per CPU-s | read by |", "|---|---|---|---|---|---|"]
+                  "", "| video | decoder | workers | frames/s | frames per CPU-s | read by |",
+                  "|---|---|---|---|---|---|"]
         lines += [f"| {x['video']} | {x['decoder']} | {x['workers']} | {x['frames_per_s']:.0f} | "
                   f"{x['frames_per_cpu_s']:.0f} | {x['read_by']} |" for x in g["rows"]]
     ev = r.get("eval", {})

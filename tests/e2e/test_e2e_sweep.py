@@ -32,7 +32,8 @@ pytestmark = pytest.mark.slow
 OVERRIDES = ["sweep=smoke", "stream.order=shuffled", "+sweep.grid.scenario=[videomae,broken]",
              "sweep.max_concurrent_trials=1", "trainer.max_steps=6", "trainer.checkpoint_every=3",
              "trainer.max_failures=0", "eval.probe_epochs=5", "eval.max_probe_samples=100",
-             "trainer.correlation_steps=1", "sweep.exclude=[{optimizer.name: adamw, scenario: broken}]"]  # the measurement runs in every trial; its figures are not checked here
+             "sweep.exclude=[{optimizer.name: adamw, scenario: broken}]",
+             "trainer.correlation_steps=1"]  # the measurement runs in every trial; its figures are not checked here
 # Between the interrupt and the resume: the parent run's duration must not count it. Longer than the 5 s the check
 # below allows for start-up, so a counted pause still fails it.
 PAUSE_S = 12

@@ -81,11 +81,11 @@ class TorchCodecReader:
         from torchcodec.transforms import Resize  # lazy: as VideoDecoder
 
         self.path, self.device = str(path), str(device)
+        height_width = (int(size[1]), int(size[0])) if size is not None else None
         # torchcodec 0.11 applies transforms on the CPU only ("Transforms are only supported for CPU devices"):
         # on the GPU the frames are scaled on the device after decoding (bilinear, antialiased, as Resize does)
-        self._device_size = (int(size[1]), int(size[0])) if size is not None and self.device != "cpu" else None
-        transforms = ([Resize((int(size[1]), int(size[0])))] if size is not None and self._device_size is None
-                      else None)
+        self._device_size = height_width if self.device != "cpu" else None
+        transforms = [Resize(height_width)] if height_width is not None and self._device_size is None else None
         try:
             self._dec = VideoDecoder(self.path, seek_mode="exact", num_ffmpeg_threads=1, dimension_order="NHWC",
                                      device=self.device, transforms=transforms)
@@ -94,8 +94,7 @@ class TorchCodecReader:
         meta = self._dec.metadata
         self.num_frames = len(self._dec)
         self.fps = float(meta.average_fps or 0.0)
-        self.height, self.width = (int(size[1]), int(size[0])) if size is not None else (int(meta.height),
-                                                                                          int(meta.width))
+        self.height, self.width = height_width or (int(meta.height), int(meta.width))
 
     def get(self, indices: Sequence[int]):
         """Frames `indices` (any order) as uint8 (n, H, W, 3): a numpy array, or a CUDA tensor on the GPU."""
@@ -107,11 +106,9 @@ class TorchCodecReader:
         except (RuntimeError, IndexError, ValueError) as exc:
             span = f"[{indices[0]}..{indices[-1]}]"
             raise DataError(f"{self.path}: torchcodec failed to decode frames {span}: {first_line(exc)}") from None
-        if not data.is_cuda:
-            return data.numpy()
         if self._device_size is not None and tuple(data.shape[1:3]) != self._device_size:
             data = scale_frames(data, self._device_size)
-        return data
+        return data if data.is_cuda else data.numpy()
 
     def times_of(self, indices: Sequence[int]) -> List[float]:
         """Seconds of frames `indices` from the first frame, as torchcodec's index has them (decodes them)."""

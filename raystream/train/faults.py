@@ -152,11 +152,16 @@ def pause(path: Path, step: int, timeout_s: float) -> None:
     """Create `path` (unless an earlier attempt's pause left it) and wait until it is removed; PauseTimedOut
     after `timeout_s`."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside it, then linked in: whoever sees the file sees its whole text (an `open(path, "x")` shows an
+    # empty file until the write lands).
+    draft = path.with_name(f".{path.name}.{os.getpid()}")
+    draft.write_text(f"paused before step {step} on rank 0 (pid {os.getpid()}): remove this file to go on\n")
     try:
-        with open(path, "x") as f:
-            f.write(f"paused before step {step} on rank 0 (pid {os.getpid()}): remove this file to go on\n")
+        os.link(draft, path)
     except FileExistsError:
         pass
+    finally:
+        draft.unlink()
     deadline = time.monotonic() + timeout_s
     while path.exists():
         if time.monotonic() > deadline:

@@ -1,5 +1,8 @@
-"""A `raystream train` driver started as a subprocess by a test, and waiting on it (or on a `raystream sweep`)."""
+"""A `raystream train` driver started as a subprocess by a test, and waiting on it (or on a `raystream sweep`); and
+`raystream ...` run in the test's own process (`in_process`), for the checks that need no process of their own."""
 
+import logging
+import os
 import subprocess
 import sys
 import time
@@ -30,3 +33,49 @@ def wait_for(driver, stderr_file, ready, timeout_s: float, what: str, poll_s: fl
         assert driver.poll() is None, f"driver exited early with {driver.returncode}: {stderr_file.read_text()}"
         assert time.time() < deadline, f"{what} within {timeout_s} s"
         time.sleep(poll_s)
+
+
+def _ray_running() -> bool:
+    return "ray" in sys.modules and sys.modules["ray"].is_initialized()
+
+
+@contextmanager
+def in_process(cwd: Path, monkeypatch, capfd) -> Iterator:
+    """A function `run(*args, env=None)`: `raystream <args>` by `raystream.cli.main` in this process, in `cwd`, without
+    the session's MLFLOW_TRACKING_URI and RAY_ADDRESS (plus `env`); it returns a CompletedProcess of the exit code
+    `sys.exit(main())` would give (argparse's SystemExit included) and what the command wrote on stdout and stderr,
+    and fails if the command started Ray. What `main` sets in the environment (`loopback_only`, `--config-dir`) is
+    undone by `monkeypatch`, and the filters `quiet_terminal` puts on Ray's log handlers are taken off when the block
+    ends. A subprocess of the CLI costs 5-17 CPU-seconds, mostly imports (torch, MLflow, Hydra, Ray); in this
+    process they are paid once."""
+    from raystream.cli import main
+    from raystream.config_tree import ENV as CONFIG_DIR_ENV
+    from raystream.train.ray_start import COLOUR_PREFIX_ENV, SINGLE_MACHINE_ENV, _TerminalNoise
+
+    monkeypatch.chdir(cwd)
+    for key in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS", SINGLE_MACHINE_ENV, COLOUR_PREFIX_ENV, CONFIG_DIR_ENV):
+        # recorded by setenv (delenv records only a variable that is set): restored, or removed, afterwards
+        monkeypatch.setenv(key, os.environ.get(key, ""))
+        if key in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS") or not os.environ[key]:
+            monkeypatch.delenv(key)
+    ray_before = _ray_running()
+
+    def run(*args: str, env: Dict[str, str] = None) -> subprocess.CompletedProcess:
+        for key, value in (env or {}).items():
+            monkeypatch.setenv(key, value)
+        capfd.readouterr()
+        try:
+            rc = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors
+            rc = exc.code
+        out, err = capfd.readouterr()
+        assert _ray_running() == ray_before, "the command started Ray"
+        return subprocess.CompletedProcess(["raystream", *args], rc, out, err)
+
+    before = {h: list(h.filters) for h in logging.getLogger("ray").handlers}
+    try:
+        yield run
+    finally:
+        for handler in logging.getLogger("ray").handlers:  # quiet_terminal's filters off again
+            handler.filters[:] = before.get(handler, [f for f in handler.filters
+                                                      if not isinstance(f, _TerminalNoise)])

@@ -1,66 +1,72 @@
-"""The `raystream` command: `--cfg job` prints the composed config; a bad override exits 2 with the key named."""
+"""The `raystream` command: `--cfg job` prints the composed config; a bad override exits 2 with the key named; a bad
+input of a run is named before Ray starts.
 
-import pytest
+One bad override runs as a real `python -m raystream.cli` process (its exit status 2, no traceback); the other checks
+run `raystream.cli.main` in this process (`cli` below, tests/cli_driver.py), whose return value is the process's
+exit status (`sys.exit(main())`): as subprocesses they cost 5-17 CPU-seconds each, mostly imports (torch, MLflow,
+Hydra, Ray)."""
 
 import subprocess
 import sys
+
+import pytest
+from cli_driver import in_process
 
 
 def _run(*args):
     return subprocess.run([sys.executable, "-m", "raystream.cli", *args], capture_output=True, text=True)
 
 
-def test_cfg_job_prints_composed_config():
-    out = _run("train", "optimizer=adamw", "--cfg", "job")
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capfd):
+    """`cli(*args, env=None)`: `raystream <args>` in this process, in tmp_path (cli_driver.in_process)."""
+    with in_process(tmp_path, monkeypatch, capfd) as run:
+        yield run
+
+
+def test_cfg_job_prints_composed_config(cli):
+    out = cli("train", "optimizer=adamw", "--cfg", "job")
     assert out.returncode == 0, out.stderr
     assert "name: adamw" in out.stdout
 
 
 def test_bad_override_fails_before_ray_with_key():
+    """A real process: its exit status and stderr, with no traceback."""
     out = _run("train", "stream.order=sideways")
     assert out.returncode == 2
     assert "stream.order" in out.stderr
     assert "Traceback" not in out.stderr
 
 
-def _run_in(cwd, *args, env=None):
-    import os
-
-    full = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
-    full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "raystream.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env=full, timeout=120)
-
-
-def test_inspect_rejects_zero_world_size_and_batches():
+def test_inspect_rejects_zero_world_size_and_batches(cli):
     for flag in ("--world-size", "--batches"):
-        out = _run("data", "inspect", flag, "0")
+        out = cli("data", "inspect", flag, "0")
         assert out.returncode == 2 and flag in out.stderr and "expected an integer >= 1" in out.stderr
 
 
-def test_an_unreachable_tracking_server_fails_before_ray_starts(tmp_path):
-    out = _run_in(tmp_path, "train", env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:1"})
+def test_an_unreachable_tracking_server_fails_before_ray_starts(cli, tmp_path):
+    out = cli("train", env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:1"})
     assert out.returncode == 2, out.stderr[-2000:]
     assert "http://127.0.0.1:1" in out.stderr and "Traceback" not in out.stderr
     assert "Ray" not in out.stdout + out.stderr.replace("raystream", "")  # no Ray started
     assert not (tmp_path / "raystream_results").exists()
 
 
-def test_own_videos_without_eval_dataset_fail_before_ray_starts(tmp_path):
-    out = _run_in(tmp_path, "train", f"data.videos=[{tmp_path / 'a.mp4'}]")
+def test_own_videos_without_eval_dataset_fail_before_ray_starts(cli, tmp_path):
+    out = cli("train", f"data.videos=[{tmp_path / 'a.mp4'}]")
     assert out.returncode == 2, out.stderr[-2000:]
     assert "eval.dataset" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "raystream_results").exists()
 
 
-def test_eval_of_a_directory_without_a_checkpoint_fails_before_ray_starts(tmp_path):
-    out = _run_in(tmp_path, "eval", str(tmp_path))
+def test_eval_of_a_directory_without_a_checkpoint_fails_before_ray_starts(cli, tmp_path):
+    out = cli("eval", str(tmp_path))
     assert out.returncode == 2 and "no checkpoint in it" in out.stderr and "Traceback" not in out.stderr
     assert list(tmp_path.iterdir()) == []  # no MLflow store, no results directory
 
 
-def test_report_of_a_missing_experiment_leaves_no_store_behind(tmp_path):
-    out = _run_in(tmp_path, "report", "--experiment", "missing")
+def test_report_of_a_missing_experiment_leaves_no_store_behind(cli, tmp_path):
+    out = cli("report", "--experiment", "missing")
     assert out.returncode == 2 and "no MLflow store" in out.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -86,7 +92,7 @@ def test_make_clean_removes_every_file_raystream_writes_in_the_working_directory
 @pytest.mark.parametrize("command, what", [(["train"], "the run's inputs"),
                                            (["sweep", "sweep=smoke"], "sweep `smoke`'s inputs"),
                                            (["pretrain-start"], "the run's inputs")])
-def test_every_bad_input_of_a_run_is_reported_together_without_resume_advice(tmp_path, command, what):
+def test_every_bad_input_of_a_run_is_reported_together_without_resume_advice(cli, tmp_path, command, what):
     """A bad data.videos, a probe set that cannot be listed and a missing start checkpoint: one message names
     all three, before Ray starts, with no "re-run with trainer.run_name=... to resume it" (nothing started); the
     same for a sweep (each problem with the cells it concerns) and for `pretrain-start`."""
@@ -94,7 +100,7 @@ def test_every_bad_input_of_a_run_is_reported_together_without_resume_advice(tmp
     ssv2.mkdir()
     (ssv2 / "something-something-v2-labels.json").write_text('{"Holding something": "0"}')
     (ssv2 / "something-something-v2-train.json").write_text("[]")
-    out = _run_in(tmp_path, *command, f"data.videos=[{tmp_path / 'a.mp4'}]", f"eval.dataset={ssv2}",
+    out = cli(*command, f"data.videos=[{tmp_path / 'a.mp4'}]", f"eval.dataset={ssv2}",
                   f"scenario.backbone.init={tmp_path / 'start.pt'}", f"trainer.storage_path={tmp_path / 'results'}")
     assert out.returncode == 2, out.stderr[-2000:]
     err = out.stderr

@@ -89,15 +89,17 @@ def test_hydra_searchpath_override_points_to_config_dir():
         compose(["hydra.searchpath=[file:///tmp]"])
 
 
-def test_cli_config_dir_flag(tmp_path):
+def test_cli_config_dir_flag(tmp_path, monkeypatch, capfd):
+    """`raystream train --config-dir DIR` (relative to the working directory), run in this process."""
+    from cli_driver import in_process
+
     _experiment(tmp_path / "own", "mine", 0.0042)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "raystream.cli", *a], capture_output=True, text=True,
-                                    cwd=tmp_path, timeout=120)
-    out = run("train", "+experiment=mine", "--config-dir", "own", "--cfg", "job")
-    assert out.returncode == 0, out.stderr
-    assert "lr: 0.0042" in out.stdout
-    out = run("train", "--config-dir", "missing", "--cfg", "job")
-    assert out.returncode == 2 and "missing" in out.stderr and "is not a directory" in out.stderr
+    with in_process(tmp_path, monkeypatch, capfd) as run:
+        out = run("train", "+experiment=mine", "--config-dir", "own", "--cfg", "job")
+        assert out.returncode == 0, out.stderr
+        assert "lr: 0.0042" in out.stdout
+        out = run("train", "--config-dir", "missing", "--cfg", "job")
+        assert out.returncode == 2 and "missing" in out.stderr and "is not a directory" in out.stderr
 
 
 # The combinations composed in the suite (cheap): the default, each experiment, each scenario alone (its clip shape),

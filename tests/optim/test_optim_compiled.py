@@ -125,7 +125,9 @@ def _profile(n):
 
 
 def test_compiled_step_dispatches_the_same_ops_for_any_number_of_tensors_and_never_syncs():
-    (ops_few, syncs_few), (ops_many, syncs_many) = _profile(6), _profile(30)
+    """4 and 12 tensors: an op per tensor outside the compiled region would show as 8 more. Each count is a graph of
+    its own, compiled to C++ from a cold cache on CI: the fewer tensors, the less to compile."""
+    (ops_few, syncs_few), (ops_many, syncs_many) = _profile(4), _profile(12)
     assert ops_few == ops_many
     assert syncs_few == syncs_many == []
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -74,10 +72,13 @@ def test_bad_sweep_files_are_rejected_naming_the_key(sweeps_dir, body, key, expe
     assert re.search(expected, message), message
 
 
-def test_cli_rejects_a_bad_sweep_before_ray_starts(sweeps_dir):
+def test_cli_rejects_a_bad_sweep_before_ray_starts(sweeps_dir, tmp_path, monkeypatch, capfd):
+    """`raystream sweep sweep=bad`, run in this process (tests/cli_driver.py: it fails if Ray was started)."""
+    from cli_driver import in_process
+
     sweeps_dir("bad", "name: bad\ngrid:\n  stream.bogus: [1, 2]\n")
-    out = subprocess.run([sys.executable, "-m", "raystream.cli", "sweep", "sweep=bad"], capture_output=True,
-                         text=True, env={**os.environ}, timeout=120)
+    with in_process(tmp_path, monkeypatch, capfd) as run:
+        out = run("sweep", "sweep=bad")
     assert out.returncode == 2, out.stderr
     assert "sweep.grid.stream.bogus" in out.stderr
     assert "Traceback" not in out.stderr
@@ -99,13 +100,15 @@ def test_parse_sample(text, spec):
         assert parse_sample(text) == spec
 
 
-def test_a_cell_whose_stream_cannot_fill_a_batch_fails_before_ray_starts(tmp_path):
-    """The README's `raystream sweep sweep=paper_table scenario=videomae`: 4 demo videos cannot fill a
-    batch_along_video batch of 8; that is found before Ray starts, naming the cell (it failed 18 trials before)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
-    out = subprocess.run([sys.executable, "-m", "raystream.cli", "sweep", "sweep=paper_table", "scenario=videomae",
-                          f"data.demo.cache_dir={tmp_path / 'demo'}", "data.demo.frames_per_video=60"],
-                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+def test_a_cell_whose_stream_cannot_fill_a_batch_fails_before_ray_starts(tmp_path, monkeypatch, capfd):
+    """The README's `raystream sweep sweep=paper_table scenario=videomae` (run in this process, tests/cli_driver.py):
+    4 demo videos cannot fill a batch_along_video batch of 8; that is found before Ray starts, naming the cell (it
+    failed 18 trials before)."""
+    from cli_driver import in_process
+
+    with in_process(tmp_path, monkeypatch, capfd) as run:
+        out = run("sweep", "sweep=paper_table", "scenario=videomae", f"data.demo.cache_dir={tmp_path / 'demo'}",
+                  "data.demo.frames_per_video=60")
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     assert "stream.order=batch_along_video" in out.stderr and "batch_size = 8" in out.stderr
     assert not (tmp_path / "raystream_results").exists()  # Tune never started

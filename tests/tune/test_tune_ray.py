@@ -1,7 +1,9 @@
 """The tune layer on a real local Ray cluster, with a small stand-in for `raystream.train.run.fit`
 (tune_tiny_fit.py: a real TorchTrainer run and a real MLflow child run, no video pipeline): Optuna's sampled
 values reach the trials and MLflow, ASHA stops poor trials early, and the stopped trials' Train workers are given
-back (every placement group removed, every CPU free again) so the other trials run."""
+back (every placement group removed, every CPU free again) so the other trials run; in the same sweep, a trial that
+fails before its Train run exists is a FAILED child run and the sweep goes on. Besides: a SIGTERM as a trial ends
+(trials that finish at once, no Train run), and the loopback address of a local Ray started by raystream."""
 
 from __future__ import annotations
 
@@ -16,16 +18,17 @@ from ray.util.placement_group import placement_group_table
 import tune_tiny_fit
 from raystream.cli import sweep_summary
 from raystream.config import compose
+from raystream.tracking import names
 from raystream.tune.sweep import run_sweep
 
 pytestmark = pytest.mark.slow
 
 SWEEP = """name: tiny_asha
-grid:
-  optimizer.name: [adamw, orthogonal_adamw, sgd]   # (tune_tiny_fit trains with SGD whatever the name)
+grid:   # (tune_tiny_fit trains with SGD whatever the name; orthogonal_sgd's trial fails before its Train run)
+  optimizer.name: [adamw, orthogonal_adamw, orthogonal_sgd, sgd]
 sample:
   optimizer.lr: loguniform(1e-4, 3e-2)
-num_samples: 1   # grid x num_samples per cell is test_tune_space's; 3 trials: one stopped, one after it
+num_samples: 1   # grid x num_samples per cell is test_tune_space's; 3 trials train: one stopped, one after it
 fixed:
   trainer.max_steps: 6
   trainer.log_every: 300   # tune_tiny_fit: ms between steps, so stopping early saves time
@@ -46,31 +49,61 @@ def local_ray(ray_cluster):
     ray.cloudpickle.unregister_pickle_by_value(tune_tiny_fit)
 
 
+def _run_name(config) -> str:
+    return names.trial_run_name({"optimizer.name": config["optimizer.name"]}, {"optimizer.lr": config["optimizer.lr"]})
+
+
 def test_optuna_asha_sweep_releases_stopped_trials_workers(local_ray, sweeps_dir, mlflow_uri, tmp_path,
-                                                          monkeypatch):
+                                                          monkeypatch, capsys):
+    """Besides ASHA's 3 trials that train, one (orthogonal_sgd, 3rd of 4) fails before its Train run exists: it is a
+    FAILED child run with its grid values and reason, and the sweep goes on to the next trial and ends FINISHED."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.3")
     sweeps_dir("tiny_asha", SWEEP)
     cfg = compose(["sweep=tiny_asha"])
-    outcome = run_sweep(cfg, ["sweep=tiny_asha"], fit=tune_tiny_fit.fit, verbose=0)
+    outcome = run_sweep(cfg, ["sweep=tiny_asha"], fit=tune_tiny_fit.fit_or_fail_before_its_run, verbose=0)
 
-    assert [t.status for t in outcome.trials] == ["finished"] * 3
-    iterations = [t.metrics["training_iteration"] for t in outcome.trials]  # in the order they ran
+    assert [t.status for t in outcome.trials] == ["finished", "finished", "failed", "finished"]  # in the order run
+    trained = [t for t in outcome.trials if t.status == "finished"]
+    iterations = [t.metrics["training_iteration"] for t in trained]  # in the order they ran
     assert min(iterations) < 6 <= max(iterations), iterations  # ASHA stopped some early
     assert min(iterations[:-1]) < 6, iterations  # a trial ran after a stopped one (its workers were given back)
-    per_cell = sorted(t.config["optimizer.name"] for t in outcome.trials)
+    per_cell = sorted(t.config["optimizer.name"] for t in trained)
     assert per_cell == ["adamw", "orthogonal_adamw", "sgd"]
 
     client = MlflowClient(mlflow_uri)
     parent = client.get_run(outcome.parent_run_id)
+    assert parent.info.status == "FINISHED"
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.`mlflow.parentRunId` = '{outcome.parent_run_id}'")
-    assert len(children) == 3
-    for t in outcome.trials:  # the sampled lr each trial ran with is the one in its MLflow child run
+    assert sorted(c.info.status for c in children) == ["FAILED", "FINISHED", "FINISHED", "FINISHED"]
+    for t in trained:  # the sampled lr each trial ran with is the one in its MLflow child run
         child = next(c for c in children if c.data.tags["raystream.trial_id"] == t.trial_id)
         assert 1e-4 <= t.config["optimizer.lr"] <= 3e-2
         assert float(child.data.params["optimizer.lr"]) == pytest.approx(t.config["optimizer.lr"])
         assert child.data.tags["raystream.grid.optimizer.name"] == t.config["optimizer.name"]
+        assert child.info.run_name == _run_name(t.config)  # named by its grid and sampled values
+
+    # The trial that failed before its Train run existed: a FAILED child run, named by its grid values.
+    (failed,) = outcome.failed
+    assert failed.cell == {"optimizer.name": "orthogonal_sgd"}, failed.cell
+    assert "cannot start: optimizer.name = orthogonal_sgd" in failed.error
+    (run,) = [c for c in children if c.info.status == "FAILED"]
+    assert run.data.tags["raystream.grid.optimizer.name"] == "orthogonal_sgd"
+    assert run.data.tags["raystream.trial_id"] == failed.trial_id
+    assert "cannot start: optimizer.name = orthogonal_sgd" in run.data.tags["raystream.error"]
+    assert run.info.run_name == _run_name(failed.config) and run.info.run_name.startswith("orth_sgd-lr")
+
+    # The terminal: a line per trial start and end, by name; Tune's tables only in the sweep's log file.
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert any(f" {run.info.run_name} " in line and "failed: ValueError: cannot start" in line for line in lines), out
+    adamw = _run_name(trained[0].config)
+    assert any(f" {adamw} " in line and "finished: " in line for line in lines), out
+    assert "╭" not in out and "Trial status" not in out and "Tuner.restore" not in out
+    log = tmp_path / "raystream_results" / "sweeps" / outcome.run_name / "sweep.log"
+    assert any(f"Ray's and Tune's output: {log}" in line for line in lines)
+    assert "Configuration for experiment" in log.read_text()  # Tune's header, printed whatever its verbosity
 
     deadline = time.time() + 30
     while time.time() < deadline:
@@ -126,43 +159,3 @@ def test_a_sigterm_as_a_trial_ends_leaves_the_sweep_interrupted_not_finished(loc
     assert sweep_summary(outcome) == 143
     parent = MlflowClient(mlflow_uri).get_run(outcome.parent_run_id)
     assert parent.info.status == "KILLED" and "SIGTERM" in parent.data.tags["raystream.error"]
-
-
-FAILING = """name: tiny_fail
-grid:
-  optimizer.name: [adamw, sgd]
-max_concurrent_trials: 2   # neither trial starts a Train run (tune_tiny_fit.fit_failing_before_its_run)
-"""
-
-
-def test_a_trial_failing_before_its_train_run_is_a_failed_child_run(local_ray, sweeps_dir, mlflow_uri, tmp_path,
-                                                                   monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    sweeps_dir("tiny_fail", FAILING)
-    cfg = compose(["sweep=tiny_fail"])
-    outcome = run_sweep(cfg, ["sweep=tiny_fail"], fit=tune_tiny_fit.fit_failing_before_its_run, verbose=0)
-
-    assert sorted(t.status for t in outcome.trials) == ["failed", "finished"]
-    failed = outcome.failed[0]
-    assert failed.cell == {"optimizer.name": "sgd"} and "cannot start: optimizer.name = sgd" in failed.error
-    client = MlflowClient(mlflow_uri)
-    children = client.search_runs([client.get_run(outcome.parent_run_id).info.experiment_id],
-                                  filter_string=f"tags.`mlflow.parentRunId` = '{outcome.parent_run_id}'")
-    by_status = {c.info.status: c for c in children}
-    assert sorted(by_status) == ["FAILED", "FINISHED"]
-    run = by_status["FAILED"]
-    assert run.data.tags["raystream.grid.optimizer.name"] == "sgd"
-    assert run.data.tags["raystream.trial_id"] == failed.trial_id
-    assert "cannot start: optimizer.name = sgd" in run.data.tags["raystream.error"]
-    assert run.info.run_name == "sgd" and by_status["FINISHED"].info.run_name == "adamw"  # named by grid values
-    assert client.get_run(outcome.parent_run_id).info.status == "FINISHED"
-
-    # The terminal: a line per trial start and end, by name; Tune's tables only in the sweep's log file.
-    out = capsys.readouterr().out
-    lines = out.splitlines()
-    assert any(" sgd " in line and "failed: ValueError: cannot start" in line for line in lines), out
-    assert any(" adamw " in line and "finished: " in line for line in lines), out
-    assert "╭" not in out and "Trial status" not in out and "Tuner.restore" not in out
-    log = tmp_path / "raystream_results" / "sweeps" / outcome.run_name / "sweep.log"
-    assert any(f"Ray's and Tune's output: {log}" in line for line in lines)
-    assert "Configuration for experiment" in log.read_text()  # Tune's header, printed whatever its verbosity

@@ -93,16 +93,25 @@ def fit(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow
     return {**final, "mlflow_run_id": rid}
 
 
-def fit_failing_before_its_run(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow_tags=None):
-    """For optimizer.name=sgd, fails before any MLflow run exists (as a bad video does in preflight). Any other
-    cell finishes at once: its FINISHED child run, with a final `loss`, and no Ray Train run (what a failing trial
-    does to the sweep is the point here; `fit` above is the real Train run)."""
-    if cfg.optimizer.name == "sgd":
-        raise ValueError(f"cannot start: optimizer.name = {cfg.optimizer.name} (test)")
+def finish_at_once(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow_tags=None):
+    """A trial that finishes at once: its FINISHED child run, with a final `loss`, and no Ray Train run (for tests
+    of what a trial's end does to the sweep; `fit` above is the real Train run)."""
     client, rid = _child_run(cfg, run_name, mlflow_parent_run_id, mlflow_tags)
     client.log_metric(rid, "loss", 1.0)
     client.set_terminated(rid, "FINISHED")
     return {"loss": 1.0, "mlflow_run_id": rid}
+
+
+CANNOT_START = "orthogonal_sgd"  # the grid value whose trial fit_or_fail_before_its_run fails before its run
+
+
+def fit_or_fail_before_its_run(cfg, *, run_name=None, callbacks=None, mlflow_parent_run_id=None, mlflow_tags=None):
+    """`fit`, except that the cell optimizer.name=`CANNOT_START` fails before any MLflow run or Ray Train run
+    exists (as a bad video does in preflight): one sweep has trials that train and one that fails that way."""
+    if cfg.optimizer.name == CANNOT_START:
+        raise ValueError(f"cannot start: optimizer.name = {cfg.optimizer.name} (test)")
+    return fit(cfg, run_name=run_name, callbacks=callbacks, mlflow_parent_run_id=mlflow_parent_run_id,
+               mlflow_tags=mlflow_tags)
 
 
 DRIVER_PID = "driver.pid"  # in trainer.storage_path: the sweep's driver, which fit_then_sigterm_the_driver stops
@@ -115,8 +124,7 @@ def fit_then_sigterm_the_driver(cfg, *, run_name=None, callbacks=None, mlflow_pa
     import signal
     from pathlib import Path
 
-    out = fit_failing_before_its_run(cfg, run_name=run_name, mlflow_parent_run_id=mlflow_parent_run_id,
-                                     mlflow_tags=mlflow_tags)
+    out = finish_at_once(cfg, run_name=run_name, mlflow_parent_run_id=mlflow_parent_run_id, mlflow_tags=mlflow_tags)
     os.kill(int((Path(cfg.trainer.storage_path) / DRIVER_PID).read_text()), signal.SIGTERM)
     return out
 

@@ -34,7 +34,11 @@ def long_probe():
 
 @pytest.fixture(scope="module")
 def trained(ray_cluster, tiny):
-    return fit(tiny("trainer.num_workers=2", "trainer.max_steps=2", "trainer.correlation_steps=0"), run_name="evaled")
+    """The module's one training run (2 workers, 4 steps), which the evaluation jobs evaluate. It evaluates itself
+    too (kNN after step 2, eval.every=3, and after the last), every worker sleeping twice the collective time-out in
+    each evaluation: `test_a_training_runs_own_long_evaluation_trips_nothing` checks that it ended."""
+    return fit(tiny("trainer.num_workers=2", "trainer.max_steps=4", "eval.every=3", "trainer.correlation_steps=0",
+                    *LONG_PROBE), run_name="evaled", step_hooks=Faults(eval_delay_s=2 * TIMEOUT_S))
 
 
 def evaluate(cfg, target: str, step_hooks=None):
@@ -58,7 +62,9 @@ def test_eval_job_on_two_workers_matches_one_process_and_reuses_its_features(tra
     run = MlflowClient(workdir["mlflow"]).get_run(trained["mlflow_run_id"])
     assert first["mlflow_run_id"] == trained["mlflow_run_id"]
     history = MlflowClient(workdir["mlflow"]).get_metric_history(trained["mlflow_run_id"], "eval/knn_top1")
-    assert [(m.step, m.value) for m in history][-1] == (1, pytest.approx(first["eval/knn_top1"]))
+    assert sorted(m.step for m in history) == [2, 3, 3]  # the run's own evaluations, then the job's
+    latest = max(history, key=lambda m: (m.step, m.timestamp))
+    assert (latest.step, latest.value) == (3, pytest.approx(first["eval/knn_top1"]))
     assert run.data.tags[eval_job.TAG_EVAL + "default"] == trained["checkpoint_path"]
     # a second evaluation of the checkpoint (given as its directory) under the same protocol encodes nothing
     second = evaluate(cfg, trained["checkpoint_path"])
@@ -73,12 +79,11 @@ def test_a_probe_longer_than_the_collective_timeout_trips_nothing(trained, tiny,
     assert out["seconds"] > 2 * TIMEOUT_S  # every rank probed for longer than one collective may wait
 
 
-def test_a_training_runs_own_long_evaluation_trips_nothing(ray_cluster, tiny, long_probe):
-    """Rank 0 alone evaluating after step 2 (eval.every=3, not a report step) while rank 1 waits in step 3's
+def test_a_training_runs_own_long_evaluation_trips_nothing(trained):
+    """`trained` evaluates itself after step 2 (eval.every=3, not a report step) and after step 3, each evaluation
+    longer than the collective time-out. Rank 0 alone evaluating after step 2 while rank 1 waits in step 3's
     all-reduce would fail here (checked once by hand: gloo's time-out after 5 s); on every rank it does not."""
-    final = fit(tiny("trainer.num_workers=2", "trainer.max_steps=4", "eval.every=3", "trainer.correlation_steps=0",
-                     *LONG_PROBE), run_name="long-eval", step_hooks=long_probe)
-    assert final["steps_done"] == 4 and 0.0 <= final["eval/knn_top1"] <= 1.0
+    assert trained["steps_done"] == 4 and 0.0 <= trained["eval/knn_top1"] <= 1.0
 
 
 def test_bad_targets_fail_before_ray_starts(tmp_path, tiny, trained):
@@ -101,7 +106,7 @@ def test_bad_targets_fail_before_ray_starts(tmp_path, tiny, trained):
 
 def test_a_torn_checkpoint_is_named(tmp_path, trained):
     target = resolve(trained["run_dir"])
-    torn = tmp_path / "checkpoint_00000002"
+    torn = tmp_path / Path(target.checkpoint).name
     torn.mkdir()
     meta = json.loads((Path(target.checkpoint) / "meta.json").read_text())
     (torn / "meta.json").write_text(json.dumps(meta))
@@ -111,11 +116,11 @@ def test_a_torn_checkpoint_is_named(tmp_path, trained):
 
 def test_a_run_records_its_config_where_eval_starts_from_it(trained):
     """`fit` writes the run's resolved config into raystream_run.json when it starts: `raystream eval` of the run
-    gets its overrides (2 workers, 2 steps) without their being typed again."""
+    gets its overrides (2 workers, 4 steps) without their being typed again."""
     from raystream.train.eval_target import run_config
 
     cfg, line = run_config(resolve(trained["run_dir"]), ["eval.max_probe_samples=5"])
-    assert cfg.trainer.num_workers == 2 and cfg.trainer.max_steps == 2 and cfg.eval.max_probe_samples == 5
+    assert cfg.trainer.num_workers == 2 and cfg.trainer.max_steps == 4 and cfg.eval.max_probe_samples == 5
     assert f"recorded in {trained['run_dir']}/raystream_run.json" in line
 
 
@@ -138,7 +143,7 @@ def test_a_run_in_a_bucket_resolves_and_keeps_its_features_there(tmp_path, train
                 client.upload_file(str(f), s3.bucket, f"runs/evaled/{f.relative_to(run_dir)}")
         target = resolve(f"s3://{s3.bucket}/runs/evaled/")
         assert target.checkpoint == f"s3://{s3.bucket}/runs/evaled/{Path(trained['checkpoint_path']).name}"
-        assert target.mlflow_run_id == trained["mlflow_run_id"] and target.step == 1
+        assert target.mlflow_run_id == trained["mlflow_run_id"] and target.step == 3
         uri = features_uri(target, tiny())
         assert uri.startswith(f"s3://{s3.bucket}/runs/evaled/eval_features/checkpoint_")
         saved = {"train_features": torch.ones(3, 2), "train_tokens": None, "test_features": torch.zeros(2, 2),

@@ -1,6 +1,7 @@
-"""The loop's other ends through the real loop (Ray Train, 1 worker, real MLflow): a diverging run stops at its
-first non-finite step with no retry and a FAILED MLflow run; the bf16 autocast path runs on CPU when asked for.
-Plus the pieces they rest on, without Ray."""
+"""The loop's other ends. Through the real loop (Ray Train, 1 worker, real MLflow): a diverging run (under bf16
+autocast) stops at its first non-finite step with no retry and a FAILED MLflow run; the compiled optimizer trains
+like the stock one. Through the worker's step in this process: the bf16 autocast path runs on CPU when asked for,
+keeping the parameters and the optimizer's state fp32. Plus the pieces they rest on, without Ray."""
 
 import math
 import re
@@ -52,12 +53,31 @@ def test_worker_config_is_typed_with_the_run_schema(tiny):
         cfg.optimizer.lrr  # a typo is an error, not a default
 
 
+def first_loss_in_fp32(cfg) -> float:
+    """Step 0's loss of a run of `cfg` in fp32: the seeded model on the stream's first batch, as the loop builds
+    them."""
+    from raystream.data import build_stream
+    from raystream.models import build_scenario
+    from raystream.train.worker import seed_everything
+
+    seed_everything(cfg.trainer.seed)
+    scenario = build_scenario(cfg.scenario, cfg.stream, seed=cfg.trainer.seed)
+    stream = build_stream(cfg.data, cfg.stream)
+    try:
+        return float(scenario.model(next(iter(stream)).model_inputs())["loss"].detach())
+    finally:
+        stream.close()
+
+
 @pytest.mark.slow
 def test_diverging_run_fails_at_its_step_without_retry(ray_cluster, tiny, workdir, capsys):
+    """A diverging run through Ray Train stops at its first non-finite step with no retry (max_failures 3) and a
+    FAILED MLflow run. It trains under bf16 autocast (trainer.bf16=true on CPU), so the bf16 path runs through Ray
+    Train too: its step 0, taken before any update, has fp32's loss up to bf16 rounding, and not fp32's exactly."""
     from raystream.train.commands import main
 
     cfg = tiny("trainer.num_workers=1", "trainer.max_failures=3", "optimizer.lr=1e6", "optimizer.warmup_steps=0",
-               "trainer.run_name=diverged")
+               "trainer.bf16=true", "trainer.run_name=diverged")
     t0 = time.perf_counter()
     assert main(cfg) == 1
     elapsed = time.perf_counter() - t0
@@ -73,42 +93,43 @@ def test_diverging_run_fails_at_its_step_without_retry(ray_cluster, tiny, workdi
     assert run.info.status == "FAILED"
     assert found.group(0) in run.data.tags["raystream.error"] and run.data.tags["raystream.status"] == "diverged"
     # the steps before it are recorded, the diverged one is not; no checkpoint holds a diverged state
-    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss")) == list(range(step))
+    losses = sorted(client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)
+    assert [m.step for m in losses] == list(range(step))
     ckpts = sorted(p.name for p in (Path(workdir["storage"]) / "diverged").glob("checkpoint_0*"))
     assert all(int(name.split("_")[1]) <= step for name in ckpts)
+    fp32 = first_loss_in_fp32(tiny())
+    assert losses[0].value != fp32 and losses[0].value == pytest.approx(fp32, rel=2e-2)  # bf16 in the Ray worker
     print(f"diverged at step {step}, run ended after {elapsed:.1f} s")
 
 
-@pytest.mark.slow
-def test_bf16_autocast_runs_on_cpu_through_the_loop(ray_cluster, tiny, workdir):
-    """trainer.bf16=true on CPU: the forward runs under bf16 autocast (the first loss differs from fp32's by bf16
-    rounding only), the loss stays finite, the parameters and the optimizer's state stay fp32."""
-    from raystream.train.run import fit
+def test_bf16_autocast_runs_on_cpu_through_the_workers_step(tiny):
+    """trainer.bf16=true on CPU, through the worker's step taken in this process (raystream/bench/trainee.py: the
+    model, optimizer, schedules and shard a worker builds from the config it is sent, re-typed as a worker does;
+    that the Ray worker takes bf16 from its config is test_diverging_run_fails_at_its_step_without_retry's): the
+    forward runs under bf16 autocast (the first loss differs from fp32's by bf16 rounding only), the loss stays
+    finite over 3 steps, the parameters and the optimizer's state stay fp32."""
+    import itertools
 
-    result = fit(tiny("trainer.num_workers=1", "trainer.bf16=true", "trainer.max_steps=3"), run_name="bf16")
-    assert result["steps_done"] == 3 and math.isfinite(result["loss"])
-    client = make_client(workdir["mlflow"])
-    losses = sorted(client.get_metric_history(result["mlflow_run_id"], "loss"), key=lambda m: m.step)
-    assert len(losses) == 3 and all(math.isfinite(m.value) for m in losses)
+    from omegaconf import OmegaConf
 
-    from raystream.data import build_stream
-    from raystream.models import build_scenario
-    from raystream.train.worker import seed_everything
+    from raystream.bench.trainee import Trainee, build_host_stream
 
-    cfg = tiny()
-    seed_everything(cfg.trainer.seed)  # as the loop builds step 0, in fp32
-    scenario = build_scenario(cfg.scenario, cfg.stream, seed=cfg.trainer.seed)
-    stream = build_stream(cfg.data, cfg.stream)
+    cfg = typed_config(OmegaConf.to_container(tiny("trainer.num_workers=1", "trainer.bf16=true",
+                                                   "trainer.max_steps=3"), resolve=True))
+    trainee = Trainee.build(cfg, torch.device("cpu"), total_steps=3)
+    assert isinstance(trainee.autocast(), torch.autocast)
+    stream = build_host_stream(cfg, 3)
     try:
-        fp32 = float(scenario.model(next(iter(stream)).model_inputs())["loss"].detach())
+        losses = [trainee.step(batch) for batch in itertools.islice(stream.batches(), 3)]
     finally:
         stream.close()
-    assert losses[0].value != fp32 and losses[0].value == pytest.approx(fp32, rel=2e-2)
+    assert len(losses) == 3 and all(math.isfinite(loss) for loss in losses)
+    fp32 = first_loss_in_fp32(tiny())
+    assert losses[0] != fp32 and losses[0] == pytest.approx(fp32, rel=2e-2)
 
-    ckpt = Path(result["checkpoint_path"])
-    model_state = torch.load(ckpt / "model.pt", weights_only=True)
+    model_state = trainee.model.state_dict()  # what a checkpoint's model.pt holds
     assert {v.dtype for v in model_state.values() if v.is_floating_point()} == {torch.float32}
-    state = torch.load(ckpt / "train_state.pt", weights_only=True)["optimizer"]["state"]
+    state = trainee.optimizer.state_dict()["state"]  # and its train_state.pt's optimizer
     dtypes = {k: v.dtype for s in state.values() for k, v in s.items() if torch.is_tensor(v) and v.is_floating_point()
               and v.dim() > 0}
     assert {"exp_avg", "exp_avg_sq", "orth_ema"} <= set(dtypes) and set(dtypes.values()) == {torch.float32}

@@ -262,11 +262,13 @@ def sweep_main(cfg, overrides: Sequence[str] = (), verbose: bool = False) -> int
     from raystream.tune import console  # lazy: see above
     from raystream.tune.sweep import run_sweep  # lazy: see above
 
+    ours = not ray.is_initialized()  # a Ray this process already holds (a caller's, a test's) is left running
     with console.QuietRay(enabled=not verbose) as quiet:
         try:
             outcome = run_sweep(cfg, overrides, verbose=int(verbose), quiet=quiet)
         finally:
-            ray.shutdown()  # no worker output comes after the summary (in the log file when quiet)
+            if ours:
+                ray.shutdown()  # no worker output comes after the summary (in the log file when quiet)
     return sweep_summary(outcome)
 
 

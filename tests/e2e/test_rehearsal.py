@@ -10,7 +10,7 @@ prediction from an ImageNet-21K ViT-L/16 classifier (kernel inflated to tubelets
 DoRA also takes a checkpoint after step 0, has a worker killed before step 1 and restarts from that checkpoint (the
 resume), at its paper architecture and from its published start. The VideoMAE (ViT-B) and ViT-L runs are the same 2
 steps without the kill, each writing one checkpoint, at the end (the ViT-L's, model and three optimizer states, is
-4.9 GB): resuming does not depend on the architecture, DoRA's paper model covers it here, and tests/train/test_fit.py
+6.1 GB): resuming does not depend on the architecture, DoRA's paper model covers it here, and tests/train/test_fit.py
 restarts a (tiny) VideoMAE from its checkpoint through Ray Train.
 
 The overrides and the experiments are read from the docs' rehearsal block, so the command users are told to run is
@@ -54,7 +54,7 @@ def test_the_rehearsal_covers_every_paper_experiment():
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    """The module's directory; its checkpoints (about 8 GB: the ViT-L's alone is 4.9 GB) and start files are removed
+    """The module's directory; its checkpoints (about 8 GB: the ViT-L's alone is 6.1 GB) and start files are removed
     at the end, as pytest keeps the temp dirs of the last three sessions and the disk would fill."""
     import shutil
 

@@ -161,3 +161,16 @@ def test_a_sigterm_as_a_trial_ends_leaves_the_sweep_interrupted_not_finished(loc
     assert sweep_summary(outcome) == 143
     parent = MlflowClient(mlflow_uri).get_run(outcome.parent_run_id)
     assert parent.info.status == "KILLED" and "SIGTERM" in parent.data.tags["raystream.error"]
+
+
+def test_a_sweep_rejected_in_a_process_holding_a_ray_leaves_that_ray_running(local_ray, sweeps_dir, tmp_path,
+                                                                             monkeypatch, capfd):
+    """`raystream sweep` called where Ray is already initialized (a notebook's, this session's cluster) and rejected
+    before it starts: it shuts down only a Ray it started itself."""
+    from cli_driver import in_process
+
+    sweeps_dir("bad", "name: bad\ngrid:\n  stream.bogus: [1, 2]\n")
+    with in_process(tmp_path, monkeypatch, capfd) as run:
+        out = run("sweep", "sweep=bad")
+    assert out.returncode == 2 and "stream.bogus" in out.stderr, out.stderr
+    assert ray.is_initialized()

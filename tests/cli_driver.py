@@ -44,9 +44,9 @@ def in_process(cwd: Path, monkeypatch, capfd) -> Iterator:
     """A function `run(*args, env=None)`: `raystream <args>` by `raystream.cli.main` in this process, in `cwd`, without
     the session's MLFLOW_TRACKING_URI and RAY_ADDRESS (plus `env`); it returns a CompletedProcess of the exit code
     `sys.exit(main())` would give (argparse's SystemExit included) and what the command wrote on stdout and stderr,
-    and fails if the command started Ray. What `main` sets in the environment (`loopback_only`, `--config-dir`) is
-    undone by `monkeypatch`, and the filters `quiet_terminal` puts on Ray's log handlers are taken off when the block
-    ends. A subprocess of the CLI costs 5-17 CPU-seconds, mostly imports (torch, MLflow, Hydra, Ray); in this
+    and fails if the command started Ray, or shut down one this process held. What `main` sets in the environment
+    (`loopback_only`, `--config-dir`) is undone by `monkeypatch`, and the filters `quiet_terminal` puts on Ray's log
+    handlers are taken off when the block ends. A subprocess of the CLI costs 5-17 CPU-seconds, mostly imports (torch, MLflow, Hydra, Ray); in this
     process they are paid once."""
     from raystream.cli import main
     from raystream.config_tree import ENV as CONFIG_DIR_ENV
@@ -69,7 +69,7 @@ def in_process(cwd: Path, monkeypatch, capfd) -> Iterator:
         except SystemExit as exc:  # argparse's usage errors
             rc = exc.code
         out, err = capfd.readouterr()
-        assert _ray_running() == ray_before, "the command started Ray"
+        assert _ray_running() == ray_before, "the command started Ray, or shut down the one this process held"
         return subprocess.CompletedProcess(["raystream", *args], rc, out, err)
 
     before = {h: list(h.filters) for h in logging.getLogger("ray").handlers}

@@ -3,6 +3,7 @@
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -35,6 +36,17 @@ def wait_for(driver, stderr_file, ready, timeout_s: float, what: str, poll_s: fl
         time.sleep(poll_s)
 
 
+# A line Ray forwards to this process from an actor of the session's cluster (`log_to_driver`): "(Name pid=N) ...",
+# its prefix perhaps coloured. Such an actor outlives its test (a detached placement-group cleaner of a killed run
+# warns every few seconds that the state API, which needs the dashboard, does not answer), so its lines can land in
+# any later command's captured output; they are not the command's.
+_FORWARDED = re.compile(r"^(?:\x1b\[[\d;]*m)*\([^()\n]*\bpid=\d+[^()\n]*\)")
+
+
+def _own_lines(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if not _FORWARDED.match(line))
+
+
 def _ray_running() -> bool:
     return "ray" in sys.modules and sys.modules["ray"].is_initialized()
 
@@ -43,8 +55,8 @@ def _ray_running() -> bool:
 def in_process(cwd: Path, monkeypatch, capfd) -> Iterator:
     """A function `run(*args, env=None)`: `raystream <args>` by `raystream.cli.main` in this process, in `cwd`, without
     the session's MLFLOW_TRACKING_URI and RAY_ADDRESS (plus `env`); it returns a CompletedProcess of the exit code
-    `sys.exit(main())` would give (argparse's SystemExit included) and what the command wrote on stdout and stderr,
-    and fails if the command started Ray, or shut down one this process held. What `main` sets in the environment
+    `sys.exit(main())` would give (argparse's SystemExit included) and what the command wrote on stdout and stderr
+    (less the lines Ray forwards from the session cluster's actors), and fails if the command started Ray, or shut down one this process held. What `main` sets in the environment
     (`loopback_only`, `--config-dir`) is undone by `monkeypatch`, and the filters `quiet_terminal` puts on Ray's log
     handlers are taken off when the block ends. A subprocess of the CLI costs 5-17 CPU-seconds, mostly imports (torch, MLflow, Hydra, Ray); in this
     process they are paid once."""
@@ -68,7 +80,7 @@ def in_process(cwd: Path, monkeypatch, capfd) -> Iterator:
             rc = main(list(args))
         except SystemExit as exc:  # argparse's usage errors
             rc = exc.code
-        out, err = capfd.readouterr()
+        out, err = (_own_lines(text) for text in capfd.readouterr())
         assert _ray_running() == ray_before, "the command started Ray, or shut down the one this process held"
         return subprocess.CompletedProcess(["raystream", *args], rc, out, err)
 

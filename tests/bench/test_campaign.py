@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from raystream.bench.campaign import PRESETS
-from raystream.data.decode.backends import DECODERS
+from raystream.data.decode.backends import DECODERS, installed_decoders
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,6 +39,8 @@ def test_campaign_dry_run_measures_every_phase_of_every_preset(tmp_path):
     decoded = r["decode"]["decoders"]
     assert {key.split()[1] for key in decoded} == set(DECODERS)
     assert any(v.get("frames_per_s", 0) > 0 for v in decoded.values()), decoded
+    # each installed decoder's library loaded before the timed rows (auto's, measured first, paid it on the GPU)
+    assert set(r["decode"]["first_open_s"]) == set(installed_decoders()) and "pyav" in r["decode"]["first_open_s"]
     assert r["eval"]["vit_s16_images_per_s"] > 0 and r["eval"]["vit_b16_clips_per_s"] > 0
     table = (tmp_path / "out" / "campaign.md").read_text()
     assert all(f"| {name} | 2 |" in table for name in PRESETS), table

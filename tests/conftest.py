@@ -5,6 +5,7 @@ suite runs in under pytest-xdist (`make test`: `-n 2`)."""
 import functools
 import os
 import re
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +24,27 @@ def pytest_configure(config):
 
     for key, value in RAY_TEST_ENV.items():
         os.environ.setdefault(key, value)
+
+
+def reference_loop_s(repeat: int = 5) -> float:
+    """The best of `repeat` timings of a fixed pure-Python loop (a million additions), in seconds."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def pytest_report_header(config):
+    """This machine's speed and load as the suite starts, so that suite times from different machines can be
+    compared: machines of one kind ran the same tests up to 2.5x apart (docs/suite.md). Most of the suite's CPU is
+    Python (imports, Ray's processes, CLI drivers), so a pure-Python loop is its yardstick."""
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"machine reference: a million-step Python loop in {reference_loop_s() * 1000:.0f} ms (best of 5); "
+            f"load average {load} (1, 5, 15 min) on {os.cpu_count()} CPUs")
 
 
 # The suite runs on 2 xdist workers (`make test`: `-n 2`) in two long queues and the unit tests around them: the Ray

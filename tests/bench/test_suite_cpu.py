@@ -3,6 +3,7 @@ subprocess burns a second of CPU is charged that second, a test that sleeps is n
 modules' totals."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +32,15 @@ def test_a_childs_cpu_is_charged_to_its_test_and_a_sleep_is_not(tmp_path):
     assert rows["test_burn.py::test_burns_a_second_in_a_child"] >= 0.9
     assert rows["test_burn.py::test_sleeps"] < 0.3
     assert "CPU-seconds by module" in run.stdout and "test_burn.py" in run.stdout
+
+
+def test_the_suite_starts_by_saying_how_fast_and_loaded_the_machine_is(tmp_path):
+    """tests/conftest.py's header: suite times are compared across machines by its loop figure (docs/suite.md)."""
+    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider",
+                          str(Path(__file__).parents[1] / "test_imports.py")], cwd=Path(__file__).parents[2],
+                         capture_output=True, text=True, timeout=120)
+    header = next((line for line in run.stdout.splitlines() if line.startswith("machine reference:")), None)
+    assert header is not None, run.stdout[-2000:] + run.stderr[-2000:]
+    loop_ms, cpus = re.fullmatch(r"machine reference: a million-step Python loop in (\d+) ms \(best of 5\); load "
+                                 r"average [\d.]+, [\d.]+, [\d.]+ \(1, 5, 15 min\) on (\d+) CPUs", header).groups()
+    assert 0 < int(loop_ms) < 5000 and int(cpus) == os.cpu_count()

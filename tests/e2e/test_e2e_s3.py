@@ -118,8 +118,10 @@ def killed_and_resumed_sweep(cloud):
     s3, root, client = cloud["s3"], cloud["root"], cloud["client"]
     storage = [f"trainer.storage_path=s3://{s3.bucket}/results"]
 
-    # Phase 1: run until the bucket's Tune state records a finished trial, then SIGKILL the driver's process group
-    # (the driver and the Ray cluster it started) and delete every local trace of it.
+    # Phase 1: run until the bucket's Tune state records a finished trial and the next one, then SIGKILL the driver's
+    # process group (the driver and the Ray cluster it started) and delete every local trace of it. The state that
+    # marks the first trial finished may be written before Tune adds the second (one trial at a time): on a fast
+    # machine the kill came there, and the second trial was then not one "left to do" but one not yet planned.
     ws1, env1 = _workspace(root, "sweep1", cloud["env"])
     log1 = ws1 / "sweep.log"
     proc = spawn(_raystream([*SWEEP, *storage], root), {**env1, "RAYSTREAM_STEP_DELAY_S": STEP_DELAY_S}, log1,
@@ -132,7 +134,7 @@ def killed_and_resumed_sweep(cloud):
             if names:
                 name = names[0]
                 statuses = _trial_statuses_in_bucket(s3, name)
-                if "TERMINATED" in statuses.values():
+                if "TERMINATED" in statuses.values() and len(statuses) == 2:
                     break
     finally:
         stop(proc, grace_s=0, sig=signal.SIGKILL)

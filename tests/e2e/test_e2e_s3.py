@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -147,9 +148,23 @@ def killed_and_resumed_sweep(cloud):
 
     # Phase 2: the same command in a fresh directory, HOME and Ray temp dir.
     ws2, env2 = _workspace(root, "sweep2", cloud["env"])
-    out = subprocess.run(_raystream([*SWEEP, *storage], root), cwd=ws2 / "cwd", env=env2, capture_output=True,
-                         text=True, timeout=400)
-    kill_processes_under(ws2)
+    log2 = root / "sweep2.log"
+    proc = spawn(_raystream([*SWEEP, *storage], root), env2, log2, cwd=ws2 / "cwd")
+    try:
+        proc.wait(timeout=400)
+    except subprocess.TimeoutExpired:  # where the driver waits (py-spy comes with Ray), then its output
+        spy = Path(sys.executable).with_name("py-spy")
+        where = subprocess.run([str(spy), "dump", "--pid", str(proc.pid)], capture_output=True, text=True,
+                               timeout=60) if spy.exists() else subprocess.CompletedProcess([], 0, "(no py-spy)\n", "")
+        stop(proc, grace_s=0, sig=signal.SIGKILL)
+        printed = log2.read_text()
+        ray_log = re.search(r"Ray's and Tune's output: (\S+)", printed)
+        ray_tail = Path(ray_log.group(1)).read_text()[-6000:] if ray_log and Path(ray_log.group(1)).is_file() else ""
+        raise AssertionError(f"the resumed sweep did not end within 400 s; its driver:\n{where.stdout}"
+                             f"{where.stderr}\nits output:\n{printed[-4000:]}\nRay's and Tune's:\n{ray_tail}") from None
+    finally:
+        kill_processes_under(ws2)
+    out = subprocess.CompletedProcess(proc.args, proc.returncode, log2.read_text(), "")
     experiment = client.get_experiment_by_name(EXPERIMENT)
     runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`raystream.sweep_run` = '{name}'")
     return {"out": out, "name": name, "statuses_at_kill": statuses, "finished_first": finished_first,

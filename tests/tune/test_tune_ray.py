@@ -76,8 +76,14 @@ def test_optuna_asha_sweep_releases_stopped_trials_workers(local_ray, sweeps_dir
     assert parent.info.status == "FINISHED"
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.`mlflow.parentRunId` = '{outcome.parent_run_id}'")
-    assert len(children) == 4  # (tune_tiny_fit leaves the child run of a trial ASHA stopped RUNNING)
-    assert [c.info.status for c in children].count("FAILED") == 1
+    assert len(children) == 4
+    # Only the trial that could not start failed. The stand-in (tune_tiny_fit) ends the child run of a trial ASHA
+    # stopped FAILED when the stop reaches its `except` before its actor ends, else leaves it RUNNING: which, depends
+    # on timing. raystream's own fit is not that stand-in.
+    (failed,) = outcome.failed
+    stopped = {t.trial_id for t in trained if t.metrics["training_iteration"] < 6}
+    failed_runs = {c.data.tags["raystream.trial_id"] for c in children if c.info.status == "FAILED"}
+    assert failed_runs - stopped == {failed.trial_id}, (failed_runs, stopped)
     for t in trained:  # the sampled lr each trial ran with is the one in its MLflow child run
         child = next(c for c in children if c.data.tags["raystream.trial_id"] == t.trial_id)
         assert 1e-4 <= t.config["optimizer.lr"] <= 3e-2
@@ -87,11 +93,10 @@ def test_optuna_asha_sweep_releases_stopped_trials_workers(local_ray, sweeps_dir
         assert child.info.status == "FINISHED" or t.metrics["training_iteration"] < 6, (child.info, t.metrics)
 
     # The trial that failed before its Train run existed: a FAILED child run, named by its grid values.
-    (failed,) = outcome.failed
     assert failed.cell == {"optimizer.name": "orthogonal_sgd"}, failed.cell
     assert "cannot start: optimizer.name = orthogonal_sgd" in failed.error
-    (run,) = [c for c in children if c.info.status == "FAILED"]
-    assert run.data.tags["raystream.grid.optimizer.name"] == "orthogonal_sgd"
+    (run,) = [c for c in children if c.data.tags["raystream.trial_id"] == failed.trial_id]
+    assert run.info.status == "FAILED" and run.data.tags["raystream.grid.optimizer.name"] == "orthogonal_sgd"
     assert run.data.tags["raystream.trial_id"] == failed.trial_id
     assert "cannot start: optimizer.name = orthogonal_sgd" in run.data.tags["raystream.error"]
     assert run.info.run_name == _run_name(failed.config) and run.info.run_name.startswith("orth_sgd-lr")

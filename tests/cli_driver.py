@@ -56,10 +56,11 @@ def in_process(cwd: Path, monkeypatch, capfd) -> Iterator:
     """A function `run(*args, env=None)`: `raystream <args>` by `raystream.cli.main` in this process, in `cwd`, without
     the session's MLFLOW_TRACKING_URI and RAY_ADDRESS (plus `env`); it returns a CompletedProcess of the exit code
     `sys.exit(main())` would give (argparse's SystemExit included) and what the command wrote on stdout and stderr
-    (less the lines Ray forwards from the session cluster's actors), and fails if the command started Ray, or shut down one this process held. What `main` sets in the environment
-    (`loopback_only`, `--config-dir`) is undone by `monkeypatch`, and the filters `quiet_terminal` puts on Ray's log
-    handlers are taken off when the block ends. A subprocess of the CLI costs 5-17 CPU-seconds, mostly imports (torch, MLflow, Hydra, Ray); in this
-    process they are paid once."""
+    (less the lines Ray forwards from the session cluster's actors), and fails if the command started Ray, or shut
+    down one this process held. What `main` sets in the environment (`loopback_only`, `--config-dir`) is undone by
+    `monkeypatch`, and the filters `quiet_terminal` puts on Ray's log handlers are taken off when the block ends. A
+    subprocess of the CLI costs 5-17 CPU-seconds, mostly imports (torch, MLflow, Hydra, Ray); in this process they
+    are paid once."""
     from raystream.cli import main
     from raystream.config_tree import ENV as CONFIG_DIR_ENV
     from raystream.train.ray_start import COLOUR_PREFIX_ENV, SINGLE_MACHINE_ENV, _TerminalNoise

@@ -154,14 +154,18 @@ def killed_and_resumed_sweep(cloud):
         proc.wait(timeout=400)
     except subprocess.TimeoutExpired:  # where the driver waits (py-spy comes with Ray), then its output
         spy = Path(sys.executable).with_name("py-spy")
-        where = subprocess.run([str(spy), "dump", "--pid", str(proc.pid)], capture_output=True, text=True,
-                               timeout=60) if spy.exists() else subprocess.CompletedProcess([], 0, "(no py-spy)\n", "")
+        stacks = "(no py-spy)"
+        if spy.exists():
+            dump = subprocess.run([str(spy), "dump", "--pid", str(proc.pid)], capture_output=True, text=True,
+                                  timeout=60)
+            stacks = dump.stdout + dump.stderr
         stop(proc, grace_s=0, sig=signal.SIGKILL)
         printed = log2.read_text()
-        ray_log = re.search(r"Ray's and Tune's output: (\S+)", printed)
-        ray_tail = Path(ray_log.group(1)).read_text()[-6000:] if ray_log and Path(ray_log.group(1)).is_file() else ""
-        raise AssertionError(f"the resumed sweep did not end within 400 s; its driver:\n{where.stdout}"
-                             f"{where.stderr}\nits output:\n{printed[-4000:]}\nRay's and Tune's:\n{ray_tail}") from None
+        found = re.search(r"Ray's and Tune's output: (\S+)", printed)
+        ray_log = Path(found.group(1)) if found else None
+        ray_tail = ray_log.read_text()[-6000:] if ray_log and ray_log.is_file() else ""
+        raise AssertionError(f"the resumed sweep did not end within 400 s; its driver:\n{stacks}\nits output:\n"
+                             f"{printed[-4000:]}\nRay's and Tune's:\n{ray_tail}") from None
     finally:
         kill_processes_under(ws2)
     out = subprocess.CompletedProcess(proc.args, proc.returncode, log2.read_text(), "")

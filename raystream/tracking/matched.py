@@ -60,24 +60,32 @@ def _mean_std(vals: Sequence[float]) -> Tuple[float, float]:
     return mean, std
 
 
-def lines(table, key: str) -> Lines:
-    """Per line (the row axes other than the lr, as short labels), its points sorted by drift. Empty when the
-    sweep's rows do not vary `optimizer.lr`."""
+def line_points(table, key: str) -> Dict[Tuple[str, ...], List[Point]]:
+    """Per line, keyed by its values of the row axes other than the lr (in `table.row_axes` order), its points
+    sorted by drift; only lines measured at two lrs or more. Empty when the sweep's rows do not vary
+    `optimizer.lr`."""
     if LR_AXIS not in table.row_axes:
         return {}
     at = table.row_axes.index(LR_AXIS)
-    out: Lines = OrderedDict()
+    out: Dict[Tuple[str, ...], List[Point]] = OrderedDict()
     for row in table.rows:
         drifts = row.values(key)
         if not drifts:
             continue
-        label = ", ".join(names.short_value(a, v) for i, (a, v) in enumerate(zip(table.row_axes, row.key))
-                          if i != at) or "all"
         metrics = {m: _mean_std(row.values(m)) for m in compared_metrics(table) if row.values(m)}
-        out.setdefault(label, []).append(Point(float(row.key[at]), _mean_std(drifts), metrics))
+        out.setdefault(row.key[:at] + row.key[at + 1:], []).append(Point(float(row.key[at]), _mean_std(drifts),
+                                                                          metrics))
     for points in out.values():
         points.sort(key=lambda p: p.drift[0])
-    return {k: v for k, v in out.items() if len({p.lr for p in v}) >= 2}
+    return OrderedDict((k, v) for k, v in out.items() if len({p.lr for p in v}) >= 2)
+
+
+def lines(table, key: str) -> Lines:
+    """Per line (the row axes other than the lr, as short labels), its points sorted by drift. Empty when the
+    sweep's rows do not vary `optimizer.lr`."""
+    axes = [a for a in table.row_axes if a != LR_AXIS]
+    return OrderedDict((", ".join(names.short_value(a, v) for a, v in zip(axes, values)) or "all", points)
+                       for values, points in line_points(table, key).items())
 
 
 def common_drifts(found: Lines, n: int = MATCHED_POINTS) -> List[float]:

@@ -12,7 +12,9 @@ Writes `report.md`, `report.csv` and plots (each metric against each numeric gri
 optimizer, the paper's Figure 3; its curve over steps per row, Figure 1) to `--out` (default
 `reports/<sweep run>`), and logs them as artifacts of the sweep's parent run. The `drift/*` columns say how far
 each row's weights moved; a sweep over `optimizer.lr` also gets each metric at matched drift
-(`matched.md`, `matched.csv`, `<metric>_vs_drift.png`).
+(`matched.md`, `matched.csv`, `<metric>_vs_drift.png`). `--map` reads all the matched-drift sweeps of an experiment
+into one table and figure: Orthogonal-AdamW's lead at matched drift against each stream's correlation
+(report_map.py).
 """
 
 from __future__ import annotations
@@ -220,8 +222,13 @@ def write_report(client, parent_run, out: Optional[str] = None) -> Tuple[Table, 
 
 
 def main(experiment: Optional[str] = None, parent: Optional[str] = None, out: Optional[str] = None,
-         tracking_uri: Optional[str] = None) -> int:
-    """`raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]`: print the table, write the files."""
+         tracking_uri: Optional[str] = None, map_: bool = False) -> int:
+    """`raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]`: print the table, write the files.
+    With `map_` (`--map --experiment NAME`): the map of the experiment's matched-drift sweeps (report_map.py)."""
+    if map_ and not experiment:
+        print("raystream report: --map reads all the sweeps of one MLflow experiment: give --experiment NAME",
+              file=sys.stderr)
+        return 2
     try:
         client, uri = _client(tracking_uri)
     except TrackingStoreError as exc:
@@ -229,6 +236,10 @@ def main(experiment: Optional[str] = None, parent: Optional[str] = None, out: Op
         print(f"raystream report: {missing}{exc} (set MLFLOW_TRACKING_URI to the store the runs wrote)",
               file=sys.stderr)
         return 2
+    if map_:
+        from raystream.tracking import report_map  # the map: many sweeps, one figure
+
+        return report_map.main(client, uri, experiment, out)
     try:
         parent_run = find_parent(client, experiment=experiment, parent=parent)
     except LookupError as exc:

@@ -1,0 +1,313 @@
+"""The map (issue 61): for which streams does Orthogonal-AdamW beat AdamW at a matched step, and does that follow how
+correlated the stream's consecutive gradients are?
+
+    raystream report --map --experiment map [--out DIR]
+
+Reads every matched-drift sweep of an MLflow experiment (the latest parent run of each sweep file: one sweep per
+stream, sweeps/sweep/matched_*.yaml), each a sweep over `optimizer.lr` with AdamW and one or more Orthogonal-AdamW
+lines along the stream's order (and AdamW shuffled at one lr). Per stream and Orthogonal-AdamW line, one row:
+
+- the stream's correlation at the start (`correlation/sequential` and `correlation/shuffled`, which every run
+  measures at its initial weights before step 0, mean removed, as `raystream data correlation`): one value per seed
+  (the runs of a seed share its initial weights), mean ± std over the seeds, from the runs in the stream's order;
+- the correlation during training: AdamW's mean consecutive-gradient cosine over its steps (`grad_cos_prev_mean`),
+  along the order and shuffled, at the shuffled run's lr (else over AdamW's lrs), mean ± std over seeds;
+- Orthogonal-AdamW's advantage over AdamW at matched drift, in stream (`eval/psnr_in_stream`, dB, higher is
+  better) and out of stream (`eval/mse_out_of_stream`, in % of AdamW's error, lower is better): both lines read at
+  `POINTS` drifts log-spaced over the drifts both reached (matched.at_drift: linear in log drift between measured
+  lrs, never extrapolated), the difference averaged over those drifts, with its smallest and largest value; the
+  seed spread is the two lines' std combined (root of the sum of squares), averaged likewise. A positive advantage
+  means Orthogonal-AdamW is ahead. How much of AdamW's drift range the overlap covers (in log drift) is said too.
+
+Writes map.md, map.csv and map.png (the advantage against the correlation at the start, one point per stream and
+line, seed spread as bars) under `--out` (default reports/map-<experiment>).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import raystream.tracking.names as names
+from raystream.tracking import matched
+from raystream.tracking.plots import save
+from raystream.tracking.report import build_table
+from raystream.tracking.report_table import Table, mean, std
+
+IN_STREAM = "eval/psnr_in_stream"  # dB, higher is better
+OUT_OF_STREAM = "eval/mse_out_of_stream"  # lower is better: its advantage is in % of AdamW's
+POINTS = 5
+ORDER_AXIS = "stream.order"
+OPTIMIZER_AXES = ("optimizer", "optimizer.name")  # a group choice (adamw, orthogonal_adamw_099) or the name
+ADAMW = "adamw"
+SHUFFLED = "shuffled"
+
+MeanStd = Optional[Tuple[float, float, int]]  # mean, std, how many values (None: none)
+
+
+@dataclass
+class Advantage:
+    """Orthogonal-AdamW's lead over AdamW at matched drift: the mean over the overlap's drifts, the smallest and
+    largest over them, and the seed spread (both lines' std combined, averaged over the drifts)."""
+
+    mean: float
+    low: float
+    high: float
+    spread: float
+
+
+@dataclass
+class MapRow:
+    stream: str  # the sweep file's name
+    order: str
+    line: str  # the Orthogonal-AdamW line (its optimizer value)
+    seeds: int
+    corr_start: MeanStd  # correlation/sequential at the initial weights, in the stream's order
+    corr_start_shuffled: MeanStd
+    cos_training: MeanStd  # AdamW's grad_cos_prev_mean in the stream's order
+    cos_training_shuffled: MeanStd
+    overlap: Optional[Tuple[float, float]]  # the drifts both lines reached
+    coverage: float  # share of AdamW's range (log drift) the overlap covers
+    in_stream: Optional[Advantage]
+    out_of_stream: Optional[Advantage]
+
+
+def _axis(table: Table, candidates: Sequence[str]) -> Optional[str]:
+    return next((a for a in candidates if a in table.row_axes), None)
+
+
+def _per_seed(table: Table, rows, metric: str) -> MeanStd:
+    """`metric` averaged within each seed over `rows`' trials, then mean ± std over the seeds."""
+    by_seed: Dict[Tuple[str, ...], List[float]] = {}
+    for row in rows:
+        for t in row.trials:
+            v = t.metrics.get(metric)
+            if v is not None and math.isfinite(v):
+                by_seed.setdefault(tuple(t.grid.get(a, "?") for a in table.seed_axes), []).append(v)
+    vals = [sum(v) / len(v) for v in by_seed.values()]
+    return (mean(vals), std(vals), len(vals)) if vals else None
+
+
+def _advantage(adamw: List[matched.Point], orth: List[matched.Point], metric: str,
+               drifts: List[float]) -> Optional[Advantage]:
+    """Orthogonal-AdamW's lead over AdamW on `metric` at `drifts` (None where either lacks it)."""
+    leads, spreads = [], []
+    for d in drifts:
+        a, o = matched.at_drift(adamw, metric, d), matched.at_drift(orth, metric, d)
+        if a is None or o is None:
+            return None
+        if metric == OUT_OF_STREAM:  # lower is better; in % of AdamW's error
+            leads.append(100.0 * (a[0] - o[0]) / a[0])
+            spreads.append(100.0 * math.hypot(a[1], o[1]) / a[0])
+        else:
+            leads.append(o[0] - a[0])
+            spreads.append(math.hypot(a[1], o[1]))
+    if not leads:
+        return None
+    return Advantage(sum(leads) / len(leads), min(leads), max(leads), sum(spreads) / len(spreads))
+
+
+def _overlap(adamw: List[matched.Point], orth: List[matched.Point]) -> Tuple[Optional[Tuple[float, float]], float,
+                                                                              List[float]]:
+    """(the drifts both lines reached, the share of AdamW's log-drift range it covers, POINTS drifts in it)."""
+    (a_lo, a_hi), (o_lo, o_hi) = [(min(d), max(d)) for d in ([p.drift[0] for p in pts if p.drift[0] > 0]
+                                                            for pts in (adamw, orth))]
+    lo, hi = max(a_lo, o_lo), min(a_hi, o_hi)
+    if hi < lo:
+        return None, 0.0, []
+    coverage = 1.0 if a_hi <= a_lo else (math.log(hi) - math.log(lo)) / (math.log(a_hi) - math.log(a_lo))
+    if hi == lo:
+        return (lo, hi), coverage, [lo]
+    step = (math.log(hi) - math.log(lo)) / (POINTS - 1)
+    return (lo, hi), coverage, [math.exp(math.log(lo) + i * step) for i in range(POINTS)]
+
+
+def map_rows(table: Table, stream: Optional[str] = None) -> List[MapRow]:
+    """The map's rows of one matched-drift sweep (`stream`: its name on the map, default the sweep's run name): one
+    per Orthogonal-AdamW line that has an AdamW line in the same order (none when the sweep does not vary the lr or
+    has no AdamW line)."""
+    key = matched.drift_key(table)
+    opt_axis = _axis(table, OPTIMIZER_AXES)
+    if key is None or opt_axis is None:
+        return []
+    axes = [a for a in table.row_axes if a != matched.LR_AXIS]
+    found: Dict[Tuple[str, str], List[matched.Point]] = {}
+    for values, points in matched.line_points(table, key).items():
+        cell = dict(zip(axes, values))
+        found[(cell[opt_axis], cell.get(ORDER_AXIS, "configured"))] = points
+    order_of = {a: i for i, a in enumerate(table.row_axes)}
+    at = {a: order_of[a] for a in (opt_axis, ORDER_AXIS) if a in order_of}
+
+    def rows_where(opt: Optional[str] = None, order: Optional[str] = None, not_order: Optional[str] = None):
+        out = []
+        for row in table.rows:
+            o = row.key[at[ORDER_AXIS]] if ORDER_AXIS in at else "configured"
+            if (opt is None or row.key[at[opt_axis]] == opt) and (order is None or o == order) and o != not_order:
+                out.append(row)
+        return out
+
+    shuffled_lrs = {row.key[order_of[matched.LR_AXIS]] for row in rows_where(ADAMW, SHUFFLED)}
+    out = []
+    for (opt, order), orth in found.items():
+        adamw = found.get((ADAMW, order))
+        if opt == ADAMW or order == SHUFFLED or adamw is None:
+            continue
+        ordered = rows_where(not_order=SHUFFLED)
+        adamw_rows = rows_where(ADAMW, order)
+        at_lr = [r for r in adamw_rows if r.key[order_of[matched.LR_AXIS]] in shuffled_lrs] or adamw_rows
+        overlap, coverage, drifts = _overlap(adamw, orth)
+        seeds = min((len(r.trials) for r in rows_where(opt, order)), default=0)
+        out.append(MapRow(
+            stream=stream or table.sweep, order=order, line=opt, seeds=seeds,
+            corr_start=_per_seed(table, ordered, names.CORRELATION_SEQUENTIAL),
+            corr_start_shuffled=_per_seed(table, ordered, names.CORRELATION_SHUFFLED),
+            cos_training=_per_seed(table, at_lr, names.GRAD_COS_MEAN),
+            cos_training_shuffled=_per_seed(table, rows_where(ADAMW, SHUFFLED), names.GRAD_COS_MEAN),
+            overlap=overlap, coverage=coverage,
+            in_stream=_advantage(adamw, orth, IN_STREAM, drifts) if drifts else None,
+            out_of_stream=_advantage(adamw, orth, OUT_OF_STREAM, drifts) if drifts else None))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the store
+
+
+def latest_sweeps(client, experiment: str) -> list:
+    """The latest sweep parent run of each sweep file (tag raystream.sweep) in `experiment`, by sweep name.
+    LookupError naming the experiments there are when there is no such experiment or it holds no sweep."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        there = sorted(e.name for e in client.search_experiments())
+        raise LookupError(f"no MLflow experiment named {experiment!r}; the store has "
+                          + (", ".join(repr(n) for n in there) if there else "none"))
+    runs = client.search_runs([exp.experiment_id],
+                              filter_string=f"tags.`{names.ROLE_TAG}` = '{names.ROLE_SWEEP}'",
+                              order_by=["attributes.start_time DESC"], max_results=10000)
+    latest = {}
+    for run in runs:
+        latest.setdefault(run.data.tags.get(names.SWEEP_TAG, run.info.run_name), run)
+    if not latest:
+        raise LookupError(f"MLflow experiment {experiment!r} holds no sweep")
+    return [latest[k] for k in sorted(latest)]
+
+
+# ---------------------------------------------------------------------------------------------- the files
+
+
+def _ms(v: MeanStd, digits: int = 2) -> str:
+    return "-" if v is None else f"{v[0]:.{digits}f} ± {v[1]:.{digits}f}"
+
+
+def _adv(a: Optional[Advantage], unit: str) -> str:
+    if a is None:
+        return "no overlap"
+    return f"{a.mean:+.2f}{unit} ± {a.spread:.2f} ({a.low:+.2f} to {a.high:+.2f})"
+
+
+HEADER = ["stream", "order", "line", "seeds", "correlation at start (order / shuffled)",
+          "AdamW grad cos in training (order / shuffled)", "matched drift (share of AdamW's range)",
+          "in stream: PSNR lead, dB", "out of stream: MSE lead, % of AdamW's"]
+
+
+def markdown(rows: List[MapRow]) -> str:
+    """The map as a Markdown table; a positive lead is Orthogonal-AdamW ahead."""
+    out = ["| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
+    for r in rows:
+        drift = ("none" if r.overlap is None else
+                 f"{r.overlap[0]:.3g}-{r.overlap[1]:.3g} ({100 * r.coverage:.0f}%)")
+        out.append("| " + " | ".join([
+            r.stream, names.short_value(ORDER_AXIS, r.order), names.short_value("optimizer", r.line), str(r.seeds),
+            f"{_ms(r.corr_start)} / {_ms(r.corr_start_shuffled)}",
+            f"{_ms(r.cos_training)} / {_ms(r.cos_training_shuffled)}", drift,
+            _adv(r.in_stream, ""), _adv(r.out_of_stream, "%")]) + " |")
+    return ("the map: Orthogonal-AdamW's lead over AdamW at matched drift (positive: ahead; mean over the drifts both "
+            f"reached, their range in brackets, ± the seed spread), beside the stream's correlation\n\n"
+            + "\n".join(out) + "\n")
+
+
+def write_csv(rows: List[MapRow], path: Path) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["stream", "order", "line", "seeds", "corr_start_mean", "corr_start_std", "corr_start_shuffled_mean",
+                    "corr_start_shuffled_std", "cos_training_mean", "cos_training_std",
+                    "cos_training_shuffled_mean", "cos_training_shuffled_std", "drift_lo", "drift_hi", "coverage",
+                    "in_stream_lead_db", "in_stream_low", "in_stream_high", "in_stream_spread",
+                    "out_of_stream_lead_pct", "out_of_stream_low", "out_of_stream_high", "out_of_stream_spread"])
+        for r in rows:
+            cells = [r.stream, r.order, r.line, r.seeds]
+            for v in (r.corr_start, r.corr_start_shuffled, r.cos_training, r.cos_training_shuffled):
+                cells += [v[0], v[1]] if v else ["", ""]
+            cells += list(r.overlap) if r.overlap else ["", ""]
+            cells.append(r.coverage)
+            for a in (r.in_stream, r.out_of_stream):
+                cells += [a.mean, a.low, a.high, a.spread] if a else ["", "", "", ""]
+            w.writerow(cells)
+    return path
+
+
+def plot(rows: List[MapRow], path: Path) -> Optional[Path]:
+    """map.png: each lead against the correlation at the start, one point per stream and line (bars: the seed
+    spread of the lead and of the correlation), labelled by stream; zero dotted."""
+    drawn = [r for r in rows if r.corr_start is not None and (r.in_stream or r.out_of_stream)]
+    if not drawn:
+        return None
+    import matplotlib  # lazy: matplotlib only when a report draws
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: after the backend is chosen
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    lines = list(dict.fromkeys(names.short_value("optimizer", r.line) for r in drawn))
+    for ax, attr, label in ((axes[0], "in_stream", "in stream: PSNR lead over AdamW (dB)"),
+                            (axes[1], "out_of_stream", "out of stream: MSE lead over AdamW (% of its error)")):
+        labelled = set()
+        for r in drawn:
+            a = getattr(r, attr)
+            if a is None:
+                continue
+            line = names.short_value("optimizer", r.line)
+            i = lines.index(line)
+            ax.errorbar([r.corr_start[0]], [a.mean], xerr=[r.corr_start[1]], yerr=[a.spread], marker="osD^v"[i % 5],
+                        color=f"C{i}", capsize=3, linestyle="none", label=None if line in labelled else line)
+            labelled.add(line)
+            ax.annotate(f"{r.stream.removeprefix('matched_')}, {names.short_value(ORDER_AXIS, r.order)}",
+                        (r.corr_start[0], a.mean), fontsize=6, xytext=(4, 3), textcoords="offset points")
+        ax.axhline(0.0, color="grey", linestyle=":", linewidth=0.8)
+        ax.set(xlabel="correlation of consecutive gradients at the start (order, mean removed)", ylabel=label)
+    axes[0].set_title("where Orthogonal-AdamW helps at matched drift (positive: ahead)", fontsize=9)
+    save(fig, axes[1], path)
+    return path
+
+
+def write(rows: List[MapRow], out: Path) -> List[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    md = out / "map.md"
+    md.write_text(markdown(rows))
+    return [md, write_csv(rows, out / "map.csv"), *filter(None, [plot(rows, out / "map.png")])]
+
+
+def main(client, uri: str, experiment: str, out: Optional[str] = None) -> int:
+    """`raystream report --map --experiment NAME`: the map of that experiment's matched-drift sweeps."""
+    try:
+        parents = latest_sweeps(client, experiment)
+    except LookupError as exc:
+        print(f"raystream report: {exc} (tracking URI {uri})", file=sys.stderr)
+        return 2
+    rows, left_out = [], []
+    for parent in parents:
+        got = map_rows(build_table(client, parent), parent.data.tags.get(names.SWEEP_TAG))
+        rows += got
+        if not got:
+            left_out.append(parent.data.tags.get(names.SWEEP_TAG, parent.info.run_name))
+    out_dir = Path(out) if out else Path("reports") / f"map-{experiment}"
+    files = write(rows, out_dir)
+    print(markdown(rows))
+    if left_out:
+        print(f"not on the map (no AdamW and Orthogonal-AdamW lines over optimizer.lr with drift logged): "
+              f"{', '.join(left_out)}")
+    print(f"wrote {', '.join(str(f) for f in files)}")
+    return 0

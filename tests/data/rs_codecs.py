@@ -57,3 +57,91 @@ def write_coded(path: Path, video_id: int, encoder: str, pix_fmt: str, options: 
         for packet in stream.encode():
             container.mux(packet)
     return path
+
+
+# MPEG-4 Part 2 with B-frames as DivX and Xvid files hold it (tests/data/decode/test_reordered.py), each 48 frames:
+# (name, file, how): "plain" as FFmpeg writes it to AVI (its packets' timestamps, which AVI does not keep but FFmpeg
+# derives, run 1, 4, 2, 3, 7, 5, ...: out of order in decode order, the first at 1); "packed" with DivX's packed
+# B-frames (each B-frame in the chunk of the P-frame before it, a not-coded VOP in its own place, and DivX's user
+# data saying so: FFmpeg's decoder returns the frames in order but stamped 1, 3, 2, 5, 4, ...); "decode_order" with
+# the header's low-delay bit set over B-frames, in Matroska, which keeps each frame's timestamp (FFmpeg's decoder then
+# returns the frames in decode order, stamped 42, 167, 83, 125, ... ms). "packed_untagged": packed without DivX's
+# user data, of which FFmpeg's decoder returns no B-frame: a file no decoder reads exactly.
+REORDERED = [("mpeg4_bframes_avi", "mpeg4_bf.avi", "plain"), ("mpeg4_packed_avi", "mpeg4_packed.avi", "packed"),
+             ("mpeg4_decode_order_mkv", "mpeg4_decode_order.mkv", "decode_order")]
+_VOP, _VOL, _USER_DATA = b"\x00\x00\x01\xb6", b"\x00\x00\x01\x20", b"\x00\x00\x01\xb2"
+
+
+def write_reordered(path: Path, video_id: int, how: str) -> Path:
+    """FRAMES block-coded frames of `video_id`, MPEG-4 Part 2 with B-frames, laid out as `how` says (REORDERED)."""
+    plain = path if how == "plain" else path.with_name(path.stem + "_plain.avi")
+    write_coded(plain, video_id, "mpeg4", "yuv420p", {"qscale": "2", "g": "12", "bf": "1" if "packed" in how else "2"})
+    if how == "plain":
+        return path
+    with av.open(str(plain)) as src:
+        stream = src.streams.video[0]
+        packets = [(bytes(p), p.pts, p.dts, p.is_keyframe) for p in src.demux(stream) if p.size]
+        extradata, time_base = stream.codec_context.extradata, stream.time_base
+        with av.open(str(path), mode="w") as out:
+            dst = out.add_stream_from_template(stream)
+            if how == "decode_order":
+                dst.codec_context.extradata = _low_delay(extradata)
+                chunks = [(_low_delay(data), pts, dts, key) for data, pts, dts, key in packets]
+            else:  # write_coded's time base is 1/30 s: a VOP's time increment takes 5 bits
+                chunks = _packed(packets, (30 - 1).bit_length(), how == "packed")
+            for data, pts, dts, key in chunks:
+                packet = av.Packet(data)
+                packet.pts, packet.dts, packet.is_keyframe, packet.time_base = pts, dts, key, time_base
+                packet.stream = dst
+                out.mux(packet)
+    plain.unlink()
+    return path
+
+
+def _low_delay(data: bytes) -> bytes:
+    """`data` with every video object layer header's low_delay bit set (24 bits after its start code, as FFmpeg's
+    encoder writes the header: random access, type, layer id, version, priority, aspect, control, chroma)."""
+    out, at = bytearray(data), data.find(_VOL)
+    while at >= 0:
+        out[at + 7] |= 0x80
+        at = data.find(_VOL, at + 4)
+    return bytes(out)
+
+
+def _vop_type(data: bytes) -> int:
+    return data[data.find(_VOP) + 4] >> 6  # 0 I, 1 P, 2 B
+
+
+def _packed(packets, time_bits: int, tagged: bool):
+    """DivX's packed B-frames: a P-frame's chunk followed by B-frames carries them, each B-frame's own chunk becomes
+    a not-coded P-VOP with its time; keyframes carry DivX's user data (`tagged`) that tells decoders so. AVI keeps
+    no timestamps: each chunk gets its place."""
+    chunks, k = [], 0
+    while k < len(packets):
+        data, _, _, key = packets[k]
+        j = k + 1
+        while _vop_type(data) == 1 and j < len(packets) and _vop_type(packets[j][0]) == 2:
+            j += 1
+        if key and tagged:
+            at = data.find(_VOP)
+            data = data[:at] + _USER_DATA + b"DivX503b1393p" + data[at:]
+        chunks.append(data + b"".join(p[0] for p in packets[k + 1:j]))
+        chunks.extend(_not_coded(p[0], time_bits) for p in packets[k + 1:j])
+        k = j
+    return [(data, i, i, _vop_type(data) == 0) for i, data in enumerate(chunks)]
+
+
+def _not_coded(b_frame: bytes, time_bits: int) -> bytes:
+    """A not-coded P-VOP (DivX's placeholder) with `b_frame`'s time: start code, type P, the B-frame's modulo time
+    base and time increment, vop_coded 0, stuffing."""
+    at, bits = b_frame.find(_VOP) + 4, []
+    read = iter((b_frame[at + i // 8] >> (7 - i % 8)) & 1 for i in range(8 * (len(b_frame) - at)))
+    next(read), next(read)  # the B-frame's coding type
+    seconds = 0
+    while next(read):
+        seconds += 1
+    next(read)  # marker
+    increment = [next(read) for _ in range(time_bits)]
+    bits = [0, 1] + [1] * seconds + [0, 1] + increment + [1, 0]
+    bits += [0] + [1] * ((-len(bits) - 1) % 8)
+    return _VOP + bytes(int("".join(map(str, bits[i:i + 8])), 2) for i in range(0, len(bits), 8))

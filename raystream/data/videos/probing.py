@@ -6,7 +6,8 @@ empty file is reported by name before training; and a file that makes the decode
 `decode_timeout_s` and becomes an error, not a frozen sweep. Each file gets the decoder that reads it exactly
 (decode/exact.py): the configured one, or with `auto` the first installed in auto's order (decode/backends.py); a file the
 configured (preferred) decoder would read wrong or cannot open goes to the next, PyAV at the latest
-(`VideoInfo.decoded_by`, why in `VideoInfo.pyav_because`); see docs/videos.md.
+(`VideoInfo.decoded_by`, why in `VideoInfo.pyav_because`); a file PyAV does not read exactly either is refused here,
+named with each decoder's reason, before any training starts; see docs/videos.md.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from raystream.data.decode.backends import auto_order, installed_decoders, open_reader, unavailable
-from raystream.data.decode.exact import misread
+from raystream.data.decode.exact import misread, pyav_misread
 from raystream.data.errors import DataError
 from raystream.data.videos.listing import VideoEntry, VideoInfo
 
@@ -152,8 +153,10 @@ def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None,
     The container is read with PyAV first (its FFmpeg messages say what is wrong: no video stream, zero frames,
     invalid data), and its packets must hold the frames the container states (PyAVReader.truncation). Then each
     candidate decoder (`data.decoder`, or with `auto` the installed ones in order) must open the file, index it as
-    the container does (exact.misread) and decode its first and last frames; the first that does reads the file
-    (`decoded_by`), PyAV where none does (`pyav_because` says why each was passed over).
+    the container does and decode the frames PyAV decodes (exact.misread) and its first and last frames; the first
+    that does reads the file (`decoded_by`), PyAV where none does (`pyav_because` says why each was passed over).
+    PyAV must itself find each frame from the start to past the first B-frame (exact.pyav_misread) wherever a
+    check compares with its frames or it reads the file; a file no decoder reads exactly is an error naming why.
     """
     opened = []
     try:
@@ -164,19 +167,23 @@ def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None,
         cut = facts.truncation()
         if cut is not None:
             return {"error": f"truncated or corrupt: {cut}"}
+        pyav_wrong = pyav_misread(facts)
         reader, chosen, passed = facts, "pyav", []
         for name in _candidates(decoder) if candidates is None else candidates:
             if decoder == "auto" and _loads(name, on_first_load) is not None:
                 continue  # not installed here: auto passes it over without a word
             try:
                 opened.append(open_reader(path, name, max_read_through=1 << 30))
-                because = misread(opened[-1], facts, name) or _ends(opened[-1], path)
+                because = misread(opened[-1], facts, name, pixels=pyav_wrong is None) or _ends(opened[-1], path)
             except DataError as exc:  # PyAV reads the container, this decoder cannot
                 because = _strip_path(str(exc), path)
             if because is None:
                 reader, chosen = opened[-1], name
                 break
             passed.append(f"{name}: {because}" if decoder == "auto" else because)
+        if reader is facts and pyav_wrong is not None:
+            return {"error": "read exactly by no decoder here: " + "; ".join(
+                [p if decoder == "auto" else f"{decoder}: {p}" for p in passed] + [f"pyav: {pyav_wrong}"])}
         problem = _ends(reader, path) if reader is facts else None
         if problem is not None:
             return {"error": problem}

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from raystream import cli
 from raystream.config import compose
 from raystream.data.decode.backends import open_reader
 from raystream.data.demo import footage
@@ -131,7 +132,7 @@ def test_make_footage_names_the_package_when_it_cannot_be_had(tmp_path, capsys, 
     monkeypatch.setenv("RAYSTREAM_CACHE_DIR", str(tmp_path / "cache"))
     cfg = compose(["data=registry_footage"])
     assert all(footage.catalogued(v) for v in footage.configured_videos(cfg))  # every clip of the preset is known
-    assert footage.main(cfg, from_dir=str(tmp_path)) == 2
+    assert cli.main(["data", "make-footage", "+experiment=footage", "--from", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "opencv-doc_4.6.0+dfsg-12_*.deb" in err and "apt-get download opencv-doc=4.6.0+dfsg-12" in err
     assert not (tmp_path / "cache" / "footage").exists() or not list((tmp_path / "cache" / "footage").rglob("*.mp4"))

@@ -3,6 +3,8 @@
     raystream train  [overrides] [--cfg job] [--verbose] [--config-dir DIR]
     raystream sweep  [overrides] [--cfg job] [--verbose] [--config-dir DIR]
     raystream eval   TARGET [overrides] [--verbose] [--config-dir DIR]  # TARGET: run dir, checkpoint dir or URI
+    raystream plan   train|sweep [overrides] [--gpus N | --cluster YAML] [--rate-from BENCH.json]
+                     [--gpu-hour-price P] [--json]  # steps, trials, time, GPU-hours, cost; no Ray
     raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]
     raystream report --map --experiment NAME [--out DIR]  # matched-drift sweeps: where Orthogonal-AdamW helps
     raystream tracking upload RECORD [--tracking-uri URI]  # a run's record into MLflow (after a tracking outage)
@@ -101,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
 
     data_parsers = _add_data_commands(sub)
     bench = _add_bench(sub)
-    for composing in (sub.choices["train"], sub.choices["sweep"], ps, e, *data_parsers, bench):
+    plan = _add_plan(sub)
+    for composing in (sub.choices["train"], sub.choices["sweep"], ps, e, *data_parsers, bench, plan):
         composing.add_argument("--config-dir", action="append", default=[], metavar="DIR",
                                help="a directory of your own config files, searched after the shipped tree (as "
                                     "Hydra's --config-dir; repeatable; also $RAYSTREAM_CONFIG_DIR)")
@@ -140,6 +143,29 @@ def _add_data_commands(sub) -> List[argparse.ArgumentParser]:
                    "micro-batch's (default: trainer.correlation_micro_batch, else the per-worker training batch)")
 
     return [i, m, f, x, c]
+
+
+def _add_plan(sub) -> argparse.ArgumentParser:
+    """`raystream plan train|sweep [overrides]`: a run's or a study's cost before it is submitted (no Ray)."""
+    pl = sub.add_parser("plan", help="steps, trials, concurrent trials, wall time, GPU-hours and cost of a train or "
+                                     "sweep command line, at a measured rate, without starting Ray "
+                                     "(raystream/tune/plan.py)")
+    pl.add_argument("kind", choices=["train", "sweep"], help="the command planned")
+    pl.add_argument("overrides", nargs="*", help="the overrides that command would take")
+    where = pl.add_mutually_exclusive_group()
+    where.add_argument("--gpus", type=_at_least(0), default=None, help="GPUs the trials share (default: this machine)")
+    where.add_argument("--cluster", default=None, metavar="YAML", help="a Ray cluster-launcher YAML (e.g. "
+                       "cluster/aws.yaml): its node types at their max_workers")
+    pl.add_argument("--cpus", type=float, default=None, help="CPUs the trials share (with --gpus; default: not a "
+                                                              "limit when --gpus is given, else this machine's)")
+    pl.add_argument("--rate-from", default=None, metavar="BENCH_JSON",
+                    help="steps/s from `raystream bench --json` of your node (default: the shipped H200 figures of "
+                         "the paper presets, docs/benchmarks.md)")
+    pl.add_argument("--gpu-hour-price", type=float, default=None, metavar="PRICE", help="price of one GPU-hour")
+    pl.add_argument("--spread", type=float, default=None, metavar="FACTOR",
+                    help="the node's run-to-run variation of the rate the time range allows (default 1.25)")
+    pl.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    return pl
 
 
 def _add_bench(sub) -> argparse.ArgumentParser:
@@ -210,6 +236,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         return sweep_main(cfg, overrides=args.overrides, verbose=args.verbose)
     if args.command == "bench":
         return _bench(args, cfg)
+    if args.command == "plan":
+        from raystream.tune.plan import SPREAD, main as plan_main  # lazy: see _dispatch (imports no Ray)
+
+        return plan_main(args.kind, cfg, args.overrides, json_out=args.json, gpus=args.gpus, cpus=args.cpus,
+                         cluster=args.cluster, rate_from=args.rate_from, gpu_hour_price=args.gpu_hour_price,
+                         spread=SPREAD if args.spread is None else args.spread)
     return _data(args, cfg)
 
 

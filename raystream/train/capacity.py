@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
-import ray
 import yaml
 
 LAUNCHER_CONFIG = Path("~/ray_bootstrap_config.yaml")  # where `ray up` puts the autoscaling config on the head
@@ -29,6 +28,8 @@ LAUNCHER_CONFIG = Path("~/ray_bootstrap_config.yaml")  # where `ray up` puts the
 def cluster_capacity() -> Dict[str, float]:
     """The most of each resource the connected cluster can have: per resource, the larger of what it has now and
     what its autoscaler may add (see the module docstring). Needs `ray.init()` first."""
+    import ray  # lazy: `max_resources` serves `raystream plan`, which never imports Ray
+
     now = {k: float(v) for k, v in ray.cluster_resources().items()}
     grown = autoscaler_max() or {}
     return {k: max(now.get(k, 0.0), float(grown.get(k, 0.0))) for k in set(now) | set(grown)}

@@ -43,8 +43,10 @@ from raystream.optim.base import (CompiledStep, OrthogonalMixin, check_hparam, e
                                   run_compiled, runs)
 from raystream.optim.projection import (Sums, Workspace, advance_emas_, coefficients, orthogonalize, project_step,
                                         safe_ratio, sq_norm)
+from raystream.optim.triton_step import PROJECTIONS as TRITON_PROJECTIONS
+from raystream.optim.triton_step import KernelBuildError, TritonStep, triton_orthogonal_adamw, why_not
 
-IMPLEMENTATIONS = ("single", "foreach", "compiled")
+IMPLEMENTATIONS = ("single", "foreach", "compiled", "triton")
 COMPILED_PROJECTIONS = ("global", "per_tensor")  # the projections the compiled step implements
 
 
@@ -55,12 +57,16 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
     parameters). Param groups may set their own lr, betas, eps, weight_decay and orth_beta. The multi-tensor path
     (default) runs torch's fused AdamW kernel on u_t (`fused=None`: wherever torch supports it) or its foreach ops
     (`fused=False`); `foreach=False` is the reference; `compile=True` the compiled step (fp32/fp64 parameters on one
-    device, "global" or "per_tensor"): the fastest once compiled, at the second step. All agree to rounding."""
+    device, "global" or "per_tensor"): the fastest once compiled, at the second step on a CPU. On CUDA the default is
+    the fused Triton step (`triton=None`: where Triton is installed, every group fused, fp32/bf16/fp16 parameters on
+    one device, "global" or "per_tensor"; triton_step.py): two passes over memory; `triton=False` keeps the
+    multi-tensor step, `triton=True` requires the fused one. All agree to rounding."""
 
     def __init__(self, params, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.01, orth_beta: float = 0.9, projection: str = "global",
                  orth_init: str = "zero", *, maximize: bool = False, foreach: Optional[bool] = None,
-                 fused: Optional[bool] = None, diagnostics: bool = False, compile: bool = False):
+                 fused: Optional[bool] = None, diagnostics: bool = False, compile: bool = False,
+                 triton: Optional[bool] = None):
         check_adamw_hparams(lr, betas, eps, weight_decay)
         check_hparam("fused", fused, not (fused and foreach is False),
                      "not True together with foreach=False (the fused kernel is a multi-tensor path)")
@@ -68,7 +74,13 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
                      "False with foreach=False or fused=False (the compiled step is the fused multi-tensor path)")
         check_hparam("compile", compile, not compile or projection in COMPILED_PROJECTIONS,
                      f"False with projection={projection!r} (it compiles the 'global' and 'per_tensor' projections)")
-        self.compile = compile
+        check_hparam("triton", triton, not triton or (foreach is not False and fused is not False and not compile),
+                     "not True together with foreach=False, fused=False or compile=True (the fused Triton step is "
+                     "another implementation)")
+        check_hparam("triton", triton, not triton or projection in TRITON_PROJECTIONS,
+                     f"not True with projection={projection!r} (the fused step implements 'global' and 'per_tensor')")
+        self.compile, self.triton, self._triton_projection = compile, triton, projection
+        self.fused_step = TritonStep()  # the fused Triton step's tables and trace (`fused_step.summary()`)
         self._compiled = CompiledStep()
         self.compile_trace = self._compiled.trace  # compile=True: steps run compiled / eagerly, and why
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, orth_beta=orth_beta,
@@ -87,6 +99,9 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
                          "takes fp32/fp64 parameters; train in bf16 with autocast, which keeps them fp32)")
             check_hparam("compile", True, len(devices) == 1, "False with parameters on several devices "
                          f"({', '.join(sorted(map(str, devices)))})")
+        if self.triton:
+            why = why_not([p for g in self.param_groups for p in g["params"]], self._triton_projection)
+            check_hparam("triton", True, why is None, f"None or False here: {why}")
 
     def _init_group(self):
         """The step's plain lists over every param group's parameters with a gradient; a parameter's first step
@@ -105,10 +120,24 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
         return (params, grads, emas, [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
                 [s["step"] for s in states], groups, fresh)
 
-    def _impl(self, fresh: List[bool]) -> str:
+    def _impl(self, params: List[Tensor], fresh: List[bool]) -> str:
         if not self._foreach():
             return "single"
-        return "compiled" if self.compile and not any(fresh) else "foreach"
+        if self.compile:
+            return "compiled" if not any(fresh) else "foreach"
+        return "triton" if self._fused_step_applies(params) else "foreach"
+
+    def _fused_step_applies(self, params: List[Tensor]) -> bool:
+        """triton=None: the fused Triton step where it runs (`triton_step.why_not`) with every group fused, until a
+        kernel failed to build; triton=True: there, or an error saying why not."""
+        if self.triton is False or self.fused_step.eager_reason:
+            return False
+        why = why_not(params, self.projection)
+        if why is None and not all(g["fused"] for g in self.param_groups):
+            why = "a param group with fused=False"
+        if why is not None and self.triton:
+            raise ValueError(f"OrthogonalAdamW(triton=True) cannot run its fused step: {why}")
+        return why is None
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -117,11 +146,19 @@ class OrthogonalAdamW(OrthogonalMixin, Optimizer):
         if not params:
             return loss
         cos_prev = self._cos_prev(params, grads)
+        kwargs = dict(projection=self.projection, orth_init=self.orth_init, orth_eps=self.orth_eps,
+                      with_update_norm=self._cosine is not None, workspace=self._workspace, compiled=self._compiled,
+                      fused_step=self.fused_step)
         try:
-            sums = orthogonal_adamw(params, grads, emas, exp_avgs, exp_avg_sqs, steps, groups, fresh,
-                                    projection=self.projection, orth_init=self.orth_init, orth_eps=self.orth_eps,
-                                    impl=self._impl(fresh), with_update_norm=self._cosine is not None,
-                                    workspace=self._workspace, compiled=self._compiled)
+            try:
+                sums = orthogonal_adamw(params, grads, emas, exp_avgs, exp_avg_sqs, steps, groups, fresh,
+                                        impl=self._impl(params, fresh), **kwargs)
+            except KernelBuildError as e:  # nothing changed yet: this and every later step run eagerly
+                if self.triton:
+                    raise
+                self.fused_step.fall_back(str(e))
+                sums = orthogonal_adamw(params, grads, emas, exp_avgs, exp_avg_sqs, steps, groups, fresh,
+                                        impl="foreach", **kwargs)
         except torch._dynamo.exc.BackendCompilerFailed as e:  # torch._dynamo loads lazily: no import for it
             raise RuntimeError(
                 f"OrthogonalAdamW(compile=True): torch.compile could not build the fused step "
@@ -135,9 +172,10 @@ def orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: List[Tenso
                      exp_avg_sqs: List[Tensor], steps: List[Tensor], groups: List[AdamWGroup], fresh: List[bool], *,
                      projection: str = "global", orth_init: str = "zero", orth_eps: float = 1e-8,
                      impl: str = "foreach", with_update_norm: bool = False, workspace: Optional[Workspace] = None,
-                     compiled: Optional[CompiledStep] = None) -> Sums:
+                     compiled: Optional[CompiledStep] = None, fused_step: Optional[TritonStep] = None) -> Sums:
     """One Orthogonal-AdamW step of every listed parameter (with a gradient, of every param group), in place, by
-    `impl`: "single", "foreach" or "compiled" (every EMA must hold a value). `groups[i]`: params[i]'s group's
+    `impl`: "single", "foreach", "compiled" (every EMA must hold a value) or "triton" (triton_step.py: CUDA, or CPU
+    tensors under Triton's interpreter; step counters on the parameters' device). `groups[i]`: params[i]'s group's
     hyper-parameters; `fresh[i]`: emas[i] holds no value yet (zeros). Returns (sum g . c, sum c . c, sum u . u)."""
     kwargs = dict(projection=projection, orth_init=orth_init, orth_eps=orth_eps, with_update_norm=with_update_norm)
     if impl == "single":
@@ -152,6 +190,10 @@ def orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: List[Tenso
         return compiled_orthogonal_adamw(params, grads, emas, exp_avgs, exp_avg_sqs, steps, groups,
                                          projection=projection, with_update_norm=with_update_norm,
                                          compiled=compiled or CompiledStep())
+    if impl == "triton":
+        return triton_orthogonal_adamw(params, grads, emas, exp_avgs, exp_avg_sqs, steps, groups, fresh,
+                                       projection=projection, orth_init=orth_init, with_update_norm=with_update_norm,
+                                       state=fused_step)
     raise ValueError(f"Invalid impl: {impl!r} (expected one of {', '.join(IMPLEMENTATIONS)})")
 
 

@@ -1,0 +1,110 @@
+"""The Triton kernels of Orthogonal-AdamW's fused step (raystream/optim/triton_step.py launches them): Algorithm 2
+in two passes over memory, the least a step can read and write.
+
+    `dots_kernel`    pass 1, reads g and c: (g . c, c . c) of each block of BLOCK elements, fp32
+    `segment_kernel` the blocks' partial sums added up per tensor, in a fixed order (deterministic; per_tensor)
+    `update_kernel`  pass 2, reads p, g, c, m, v and writes p, c, m, v, element by element:
+                         u = g - k c                   (k: the step's projection coefficient, global or per tensor)
+                         c = c + w (g - c)             (the EMA of the RAW gradient: w = 1 - orth_beta, or 1 for
+                                                        orth_init="first_grad" at its first step)
+                         u = -u                        (maximize)
+                         p = p (1 - lr wd)
+                         m = m + (1 - b1) (u - m)
+                         v = b2 v + (1 - b2) u^2
+                         p = p - lr / (1 - b1^t) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+                     (and, for the diagnostics, u . u of each block).
+
+11 words a parameter against torch's fused AdamW's 7 (reads g, p, m, v; writes p, m, v). Everything is computed in
+fp32 and rounded once, when stored in the tensor's own dtype (the EMA is fp32 for bf16 / fp16 parameters).
+
+One launch covers many tensors: a block table says which tensor each program's block belongs to (`block_tensor`)
+and where it starts in it (`block_start`), and address tables hold each tensor's data pointer (int64), cast to a
+typed pointer in the kernel. Importing this module imports Triton: with TRITON_INTERPRET=1 set before that import,
+the kernels run on CPU tensors in Triton's interpreter (the tests do so in a child process).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _block(block_tensor, block_start, numel, b, BLOCK: tl.constexpr):
+    """Block b of the table: its tensor's index, the element offsets it covers and which of them exist."""
+    t = tl.load(block_tensor + b)
+    offs = tl.load(block_start + b) + tl.arange(0, BLOCK)
+    return t, offs, offs < tl.load(numel + t)
+
+
+@triton.jit(do_not_specialize=["block0"])
+def dots_kernel(g_addr, c_addr, block_tensor, block_start, numel, partial, block0,
+                G_DT: tl.constexpr, C_DT: tl.constexpr, BLOCK: tl.constexpr):
+    """partial[b] = (g . c, c . c) over block b = block0 + the program's index (fp32)."""
+    b = block0 + tl.program_id(0)
+    t, offs, mask = _block(block_tensor, block_start, numel, b, BLOCK)
+    g_ptr = tl.load(g_addr + t).to(tl.pointer_type(G_DT))
+    c_ptr = tl.load(c_addr + t).to(tl.pointer_type(C_DT))
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    c = tl.load(c_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(partial + 2 * b, tl.sum(g * c, axis=0))
+    tl.store(partial + 2 * b + 1, tl.sum(c * c, axis=0))
+
+
+@triton.jit
+def segment_kernel(partial, first_block, blocks, out, CHUNK: tl.constexpr):
+    """out[t] = the sum of partial[b] over tensor t's blocks (contiguous in the table), always in the same order."""
+    t = tl.program_id(0)
+    first = tl.load(first_block + t)
+    count = tl.load(blocks + t)
+    gc = tl.zeros((CHUNK,), dtype=tl.float32)
+    cc = tl.zeros((CHUNK,), dtype=tl.float32)
+    for i in range(0, count, CHUNK):
+        idx = i + tl.arange(0, CHUNK)
+        mask = idx < count
+        gc += tl.load(partial + 2 * (first + idx), mask=mask, other=0.0)
+        cc += tl.load(partial + 2 * (first + idx) + 1, mask=mask, other=0.0)
+    tl.store(out + 2 * t, tl.sum(gc, axis=0))
+    tl.store(out + 2 * t + 1, tl.sum(cc, axis=0))
+
+
+@triton.jit(do_not_specialize=["block0", "first"])
+def update_kernel(p_addr, g_addr, c_addr, m_addr, v_addr, step_size, inv_bc2, block_tensor, block_start, numel, k,
+                  uu, block0, first, decay, beta1, beta2, eps, ema_weight,
+                  P_DT: tl.constexpr, C_DT: tl.constexpr, PER_TENSOR: tl.constexpr, MAXIMIZE: tl.constexpr,
+                  WITH_UU: tl.constexpr, BLOCK: tl.constexpr):
+    """Pass 2 over block b = block0 + the program's index: projection, EMA, AdamW (the module docstring's lines).
+    `step_size` = lr / (1 - b1^t) and `inv_bc2` = 1 / sqrt(1 - b2^t) of tensors first, first + 1, ... (float64,
+    computed before); `k`: one coefficient (global) or one per tensor (PER_TENSOR); `uu`: u . u per block
+    (WITH_UU)."""
+    b = block0 + tl.program_id(0)
+    t, offs, mask = _block(block_tensor, block_start, numel, b, BLOCK)
+    if PER_TENSOR:
+        kt = tl.load(k + t)
+    else:
+        kt = tl.load(k)
+    lr_t = tl.load(step_size + (t - first)).to(tl.float32)
+    bc2_t = tl.load(inv_bc2 + (t - first)).to(tl.float32)
+
+    p_ptr = tl.load(p_addr + t).to(tl.pointer_type(P_DT))
+    g_ptr = tl.load(g_addr + t).to(tl.pointer_type(P_DT))
+    c_ptr = tl.load(c_addr + t).to(tl.pointer_type(C_DT))
+    m_ptr = tl.load(m_addr + t).to(tl.pointer_type(P_DT))
+    v_ptr = tl.load(v_addr + t).to(tl.pointer_type(P_DT))
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    c = tl.load(c_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    u = g - kt * c
+    tl.store(c_ptr + offs, (c + ema_weight * (g - c)).to(C_DT), mask=mask)
+    if WITH_UU:
+        tl.store(uu + b, tl.sum(u * u, axis=0))
+    if MAXIMIZE:
+        u = -u
+    p = tl.load(p_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    m = tl.load(m_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    m = m + (1.0 - beta1) * (u - m)
+    v = beta2 * v + (1.0 - beta2) * u * u
+    p = p * decay - lr_t * m / (tl.sqrt(v) * bc2_t + eps)
+    tl.store(m_ptr + offs, m.to(P_DT), mask=mask)
+    tl.store(v_ptr + offs, v.to(P_DT), mask=mask)
+    tl.store(p_ptr + offs, p.to(P_DT), mask=mask)

@@ -1,0 +1,292 @@
+"""Orthogonal-AdamW's step as two Triton kernels (triton_kernels.py): `triton_orthogonal_adamw`, the `impl="triton"`
+of `orthogonal_adamw`, and what it keeps between steps (`TritonStep`); `runs_on` says where it can run.
+
+Why: the eager multi-tensor step copies g and c into a flat buffer, projects, runs torch's fused AdamW on u_t and
+advances c: about 19 words of memory traffic a parameter, 3.2x torch's fused AdamW on ViT-L on an H200; the compiled
+step (torch.compile) was slower still there. The fused step reads and writes what Algorithm 2 needs and no more:
+pass 1 reads g and c (the dot products), pass 2 reads g, c, theta, m, v and writes c, theta, m, v (11 words; torch's
+fused AdamW: 7).
+
+A step, per segment (a run of parameters of one param group, one dtype and one EMA weight: one launch each):
+  1. pass 1 (`dots_kernel`): (g . c, c . c) of every block of BLOCK elements, into one fp32 buffer of partial sums;
+     skipped when no EMA holds a value yet (k = 0: u_1 = g_1);
+  2. k: "global" sums every partial (one reduction); "per_tensor" adds them up per tensor (`segment_kernel`, a fixed
+     order: the same bits every run) and divides per tensor; k = 0 where c . c = 0 (`safe_ratio`, as the reference);
+  3. the bias corrections of each tensor's step t + 1, in float64 on the device (1 - 0.999^t loses digits in fp32);
+  4. pass 2 (`update_kernel`): u, the EMA, AdamW, in place; then the step counters advance (one op). A kernel that
+     fails to compile has changed nothing: the optimizer says why once and runs its eager step from then on.
+
+The kernels address every tensor through tables of data pointers (int64) and a block table (`Plan`), built once per
+layout and rebuilt when a tensor moved (a restored checkpoint, a reset EMA); the gradients' table is refreshed when
+their addresses change. Every tensor must be contiguous; parameters fp32, bf16 or fp16 (their EMA fp32, m and v in
+the parameter's dtype: the state of the other implementations, so checkpoints are interchangeable), on one device.
+
+Where it runs (`runs_on`): on CUDA where Triton is installed; on CPU tensors only in Triton's interpreter
+(TRITON_INTERPRET=1 set before Triton is imported, as tests/optim/test_optim_triton.py does in a child process).
+Importing this module does not import Triton (a CPU run never pays it); the first step does.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from itertools import groupby
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from raystream.optim.projection import Sums, safe_ratio
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # parameter dtypes the kernels take
+PROJECTIONS = ("global", "per_tensor")
+BLOCK = 2048  # elements per program of either pass
+CHUNK = 256  # partial sums per iteration of segment_kernel
+NUM_WARPS = 8
+
+
+@functools.lru_cache(maxsize=None)
+def installed() -> bool:
+    """Whether Triton can be imported (without importing it)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def interpreting() -> bool:
+    """Whether Triton's interpreter is on for this process (TRITON_INTERPRET, read as Triton reads it)."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def runs_on(device: torch.device) -> bool:
+    """Whether the fused step can run on tensors of `device`: CUDA with Triton installed, or any device under
+    Triton's interpreter."""
+    return installed() and (device.type == "cuda" or interpreting())
+
+
+def why_not(params: Sequence[Tensor], projection: str) -> Optional[str]:
+    """None when the fused step takes these parameters and projection, else the reason (for an error or a bench
+    row)."""
+    if projection not in PROJECTIONS:
+        return f"projection={projection!r} (the fused step implements {' and '.join(PROJECTIONS)})"
+    if params and params[0].device.type != "cuda" and not interpreting():  # first: the CPU step pays no more
+        return (f"parameters on {params[0].device}: Triton runs the fused step on CUDA (on the CPU only in its "
+                "interpreter, TRITON_INTERPRET=1)")
+    if not installed():
+        return "Triton is not installed (pip install triton; a CUDA torch wheel brings it)"
+    devices = {p.device for p in params}
+    if len(devices) > 1:
+        return f"parameters on several devices ({', '.join(sorted(map(str, devices)))})"
+    bad = sorted({str(p.dtype) for p in params if p.dtype not in DTYPES})
+    if bad:
+        return f"{', '.join(bad)} parameters (the fused step takes fp32, bf16 and fp16)"
+    return None
+
+
+class KernelBuildError(RuntimeError):
+    """Triton could not build or launch a kernel before the step changed anything (state as before the step)."""
+
+
+@dataclass
+class Segment:
+    """Parameters [first, last) of the step's lists: one param group, one dtype, one EMA weight; blocks
+    [block0, block1) of the block table."""
+
+    first: int
+    last: int
+    block0: int
+    block1: int
+    group: object  # the AdamWGroup
+    ema_weight: float
+
+
+class Plan:
+    """The tables one layout of tensors needs: data pointers of theta, c, m and v (int64), each
+    tensor's size, the block table (tensor index, start) and the segments, on the parameters' device. The kernels
+    take whole tables and a segment's first block (no sliced views: every pointer stays aligned, one compilation). `key`: the addresses and segmentation it was built for."""
+
+    def __init__(self, key: tuple, params, emas, exp_avgs, exp_avg_sqs, segments: List[Segment],
+                 block: int):
+        device = params[0].device
+        self.key, self.segments, self.block = key, segments, block
+
+        def table(xs):
+            return torch.tensor([x.data_ptr() for x in xs], dtype=torch.int64, device=device)
+
+        self.p, self.c, self.m, self.v = map(table, (params, emas, exp_avgs, exp_avg_sqs))
+        sizes = [p.numel() for p in params]
+        self.numel = torch.tensor(sizes, dtype=torch.int64, device=device)
+        tensor, start, first, count = [], [], [], []
+        for seg in segments:
+            for i in range(seg.first, seg.last):
+                nb = -(-sizes[i] // block)
+                first.append(len(tensor))
+                count.append(nb)
+                tensor += [i] * nb
+                start += range(0, nb * block, block)
+        self.block_tensor = torch.tensor(tensor, dtype=torch.int32, device=device)
+        self.block_start = torch.tensor(start, dtype=torch.int64, device=device)
+        self.first_block = torch.tensor(first, dtype=torch.int64, device=device)
+        self.blocks = torch.tensor(count, dtype=torch.int64, device=device)
+        self.partial = torch.zeros(max(1, len(tensor)), 2, dtype=torch.float32, device=device)
+        self.uu = torch.zeros(max(1, len(tensor)), dtype=torch.float32, device=device)
+        self.sums = torch.zeros(len(sizes), 2, dtype=torch.float32, device=device)
+        self.grad_ptrs: List[int] = []
+        self.g = self.p
+
+
+class TritonStep:
+    """What one optimizer's fused steps keep: the `Plan` of the current layout, and how its steps ran
+    (`steps`, and `eager_reason` once a kernel failed to build: the optimizer then runs its eager step)."""
+
+    def __init__(self, block: int = BLOCK):
+        self.block = block
+        self.plan: Optional[Plan] = None
+        self.steps = 0
+        self.eager_reason = ""
+
+    def reset(self) -> None:
+        """Drop the tables (they hold addresses only; rebuilt at the next step)."""
+        self.plan = None
+
+    def fall_back(self, reason: str) -> None:
+        """A kernel failed to build: say so once on stderr; the optimizer runs its eager step from here on."""
+        self.eager_reason = reason
+        print(f"raystream: WARNING: OrthogonalAdamW's fused Triton step could not be built ({reason}); it runs its "
+              "multi-tensor step from here on (triton=False says so quietly)", file=sys.stderr, flush=True)
+
+    def summary(self) -> str:
+        if self.eager_reason:
+            return f"ran eagerly after {self.steps} fused steps: {self.eager_reason}"
+        return f"ran fused (Triton, {self.steps} steps)"
+
+
+def _segments(params: Sequence[Tensor], groups: Sequence, fresh: Sequence[bool], first_grad: bool,
+              block: int) -> List[Segment]:
+    weights = [1.0 if new and first_grad else 1.0 - group.orth_beta for group, new in zip(groups, fresh)]
+    keys = [(id(group), p.dtype, w) for group, p, w in zip(groups, params, weights)]
+    out, i, b = [], 0, 0
+    for _, members in groupby(keys):
+        n = len(list(members))
+        nb = sum(-(-params[j].numel() // block) for j in range(i, i + n))
+        out.append(Segment(i, i + n, b, b + nb, groups[i], weights[i]))
+        i, b = i + n, b + nb
+    return out
+
+
+def _plan(state: TritonStep, params, emas, exp_avgs, exp_avg_sqs, groups, fresh, first_grad) -> Plan:
+    segments = _segments(params, groups, fresh, first_grad, state.block)
+    key = (tuple((s.first, s.last, s.ema_weight) for s in segments),
+           tuple(x.data_ptr() for xs in (params, emas, exp_avgs, exp_avg_sqs) for x in xs),
+           tuple(p.numel() for p in params))
+    plan = state.plan
+    if plan is None or plan.key != key:
+        for xs in (params, emas, exp_avgs, exp_avg_sqs):
+            for x in xs:
+                if not x.is_contiguous():
+                    raise ValueError(f"the fused Orthogonal-AdamW step needs contiguous tensors, not one of shape "
+                                     f"{tuple(x.shape)} and strides {x.stride()}")
+        plan = state.plan = Plan(key, params, emas, exp_avgs, exp_avg_sqs, segments, state.block)
+    for seg, now in zip(plan.segments, segments):  # the AdamWGroup of this step (lr, weight decay may have moved)
+        seg.group = now.group
+    return plan
+
+
+def _refresh_grads(plan: Plan, grads: Sequence[Tensor], params: Sequence[Tensor]) -> None:
+    ptrs = [g.data_ptr() for g in grads]
+    if ptrs != plan.grad_ptrs:
+        for g, p in zip(grads, params):
+            if not g.is_contiguous() or g.dtype != p.dtype or g.shape != p.shape:
+                raise ValueError(f"the fused Orthogonal-AdamW step needs contiguous gradients of the parameter's "
+                                 f"dtype and shape: parameter {tuple(p.shape)} {p.dtype}, gradient {tuple(g.shape)} "
+                                 f"{g.dtype}, strides {g.stride()}")
+        plan.g = torch.tensor(ptrs, dtype=torch.int64, device=params[0].device)
+        plan.grad_ptrs = ptrs
+
+
+def _bias_corrections(steps: Sequence[Tensor], lr: float, beta1: float, beta2: float,
+                      device: torch.device) -> Tuple[Tensor, Tensor]:
+    """lr / (1 - b1^t) and 1 / sqrt(1 - b2^t) of each tensor's next step t, float64 on `device`."""
+    t = torch.stack(list(steps)).to(device=device, dtype=torch.float64) + 1
+    return lr / (1 - beta1 ** t), torch.rsqrt(1 - beta2 ** t)
+
+
+def _tl_dtype(dtype: torch.dtype):
+    import triton.language as tl
+    return {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dtype]
+
+
+def triton_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: List[Tensor], exp_avgs: List[Tensor],
+                            exp_avg_sqs: List[Tensor], steps: List[Tensor], groups: List, fresh: List[bool], *,
+                            projection: str, orth_init: str, with_update_norm: bool,
+                            state: Optional[TritonStep] = None) -> Sums:
+    """Algorithm 2 as the two fused passes (the module docstring), in place; returns (sum g . c, sum c . c, sum u . u
+    or None) as 0-dim fp32 tensors on the parameters' device. `groups[i]`: params[i]'s AdamWGroup; `fresh[i]`:
+    emas[i] holds no value yet (zeros). The step counters advance once every kernel is queued; `KernelBuildError`:
+    Triton failed before any tensor of the step changed."""
+    if projection not in PROJECTIONS:
+        raise ValueError(f"Invalid projection for the fused step: {projection!r} (expected one of "
+                         f"{', '.join(PROJECTIONS)})")
+    if not params:
+        return None, None, None
+    from raystream.optim import triton_kernels  # imports Triton (first step only)
+
+    state = state if state is not None else TritonStep()
+    plan = _plan(state, params, emas, exp_avgs, exp_avg_sqs, groups, fresh, orth_init == "first_grad")
+    _refresh_grads(plan, grads, params)
+    applied: List[Segment] = []  # segments whose pass 2 was queued: a failure after the first is a partial step
+    try:
+        k, gc, cc = _coefficients(triton_kernels, plan, params, emas, fresh, projection)
+        for seg in plan.segments:
+            _update(triton_kernels, plan, seg, params, emas, steps, k, projection, with_update_norm)
+            applied.append(seg)
+    except Exception as e:
+        if not type(e).__module__.startswith("triton"):
+            raise
+        reason = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        if applied:
+            raise RuntimeError(f"the fused Orthogonal-AdamW step failed after updating {len(applied)} of "
+                               f"{len(plan.segments)} segments ({reason}); the parameters are partly stepped") from e
+        raise KernelBuildError(reason) from e
+    torch._foreach_add_(list(steps), 1)
+    state.steps += 1
+    uu = plan.uu[:plan.segments[-1].block1].sum() if with_update_norm else None
+    return gc, cc, uu
+
+
+def _coefficients(K, plan: Plan, params, emas, fresh, projection: str) -> Tuple[Tensor, Tensor, Tensor]:
+    """Pass 1 and k (0-dim for "global", one per tensor for "per_tensor"), with the sums g . c and c . c."""
+    device = params[0].device
+    if all(fresh):  # c_0 = 0 everywhere: k = 0, and the sums are 0
+        zero = torch.zeros((), dtype=torch.float32, device=device)
+        k = zero.expand(len(params)).contiguous() if projection == "per_tensor" else zero
+        return k, zero, zero
+    for seg in plan.segments:
+        if seg.block1 > seg.block0:
+            K.dots_kernel[(seg.block1 - seg.block0,)](
+                plan.g, plan.c, plan.block_tensor, plan.block_start, plan.numel, plan.partial, seg.block0, G_DT=_tl_dtype(params[seg.first].dtype),
+                C_DT=_tl_dtype(emas[seg.first].dtype), BLOCK=plan.block, num_warps=NUM_WARPS)
+    if projection == "per_tensor":
+        K.segment_kernel[(len(params),)](plan.partial, plan.first_block, plan.blocks, plan.sums, CHUNK=CHUNK)
+        gc, cc = plan.sums.sum(0).unbind()
+        return safe_ratio(plan.sums[:, 0], plan.sums[:, 1]), gc, cc
+    gc, cc = plan.partial[:plan.segments[-1].block1].sum(0).unbind()
+    return safe_ratio(gc, cc), gc, cc
+
+
+def _update(K, plan: Plan, seg: Segment, params, emas, steps, k: Tensor, projection: str,
+            with_update_norm: bool) -> None:
+    """Pass 2 of one segment, with its tensors' bias corrections."""
+    if seg.block1 == seg.block0:
+        return
+    group, first = seg.group, seg.first
+    step_size, inv_bc2 = _bias_corrections(steps[first:seg.last], group.lr, group.beta1, group.beta2,
+                                           params[0].device)
+    per_tensor = projection == "per_tensor"
+    K.update_kernel[(seg.block1 - seg.block0,)](
+        plan.p, plan.g, plan.c, plan.m, plan.v, step_size, inv_bc2, plan.block_tensor, plan.block_start, plan.numel,
+        k, plan.uu, seg.block0, first, 1.0 - float(group.lr) * float(group.weight_decay), float(group.beta1), float(group.beta2), float(group.eps),
+        float(seg.ema_weight), P_DT=_tl_dtype(params[first].dtype), C_DT=_tl_dtype(emas[first].dtype),
+        PER_TENSOR=per_tensor, MAXIMIZE=bool(group.maximize), WITH_UU=with_update_norm, BLOCK=plan.block,
+        num_warps=NUM_WARPS)

@@ -65,15 +65,21 @@ def write_coded(path: Path, video_id: int, encoder: str, pix_fmt: str, options: 
 # B-frames (each B-frame in the chunk of the P-frame before it, a not-coded VOP in its own place, and DivX's user
 # data saying so: FFmpeg's decoder returns the frames in order but stamped 1, 3, 2, 5, 4, ...); "decode_order" with
 # the header's low-delay bit set over B-frames, in Matroska, which keeps each frame's timestamp (FFmpeg's decoder then
-# returns the frames in decode order, stamped 42, 167, 83, 125, ... ms). "packed_untagged": packed without DivX's
-# user data, of which FFmpeg's decoder returns no B-frame: a file no decoder reads exactly.
+# returns the frames in decode order, stamped 33, 133, 67, 100, ... ms); "late" with B-frames from a keyframe on
+# (LATE_B), in Matroska (as an edit of two encodings: torchcodec 0.13 read it off by one from there when decoding
+# through). "packed_untagged": packed without DivX's user data, of which FFmpeg's decoder returns no B-frame: a file
+# no decoder reads exactly.
 REORDERED = [("mpeg4_bframes_avi", "mpeg4_bf.avi", "plain"), ("mpeg4_packed_avi", "mpeg4_packed.avi", "packed"),
-             ("mpeg4_decode_order_mkv", "mpeg4_decode_order.mkv", "decode_order")]
+             ("mpeg4_decode_order_mkv", "mpeg4_decode_order.mkv", "decode_order"),
+             ("mpeg4_late_bframes_mkv", "mpeg4_late_bframes.mkv", "late")]
+LATE_B = 20  # "late": the first LATE_B frames without B-frames, the rest with (two encodings, one stream)
 _VOP, _VOL, _USER_DATA = b"\x00\x00\x01\xb6", b"\x00\x00\x01\x20", b"\x00\x00\x01\xb2"
 
 
 def write_reordered(path: Path, video_id: int, how: str) -> Path:
     """FRAMES block-coded frames of `video_id`, MPEG-4 Part 2 with B-frames, laid out as `how` says (REORDERED)."""
+    if how == "late":
+        return _write_late(path, video_id)
     plain = path if how == "plain" else path.with_name(path.stem + "_plain.avi")
     write_coded(plain, video_id, "mpeg4", "yuv420p", {"qscale": "2", "g": "12", "bf": "1" if "packed" in how else "2"})
     if how == "plain":
@@ -145,3 +151,32 @@ def _not_coded(b_frame: bytes, time_bits: int) -> bytes:
     bits = [0, 1] + [1] * seconds + [0, 1] + increment + [1, 0]
     bits += [0] + [1] * ((-len(bits) - 1) % 8)
     return _VOP + bytes(int("".join(map(str, bits[i:i + 8])), 2) for i in range(0, len(bits), 8))
+
+
+def _write_late(path: Path, video_id: int) -> Path:
+    """Frames 0 to LATE_B - 1 encoded without B-frames, the rest by a second encoder with two B-frames in a row (its
+    first frame a keyframe), their packets in one Matroska stream at 30 fps."""
+    time_base = Fraction(1, 30)
+
+    def encode(first: int, count: int, b_frames: int) -> list:
+        codec = av.CodecContext.create("mpeg4", "w")
+        codec.width = codec.height = SIDE
+        codec.pix_fmt, codec.time_base, codec.framerate = "yuv420p", time_base, Fraction(30)
+        codec.max_b_frames, codec.gop_size, codec.thread_count = b_frames, 12, 1
+        codec.options = {"qscale": "2"}
+        packets = []
+        for i in range(first, first + count):
+            frame = av.VideoFrame.from_ndarray(block_frame(video_id, i, SIDE, SIDE), format="rgb24")
+            frame = frame.reformat(format="yuv420p")
+            frame.pts, frame.time_base = i, time_base
+            packets += codec.encode(frame)
+        return packets + codec.encode(None)
+
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream("mpeg4", rate=30)
+        stream.width = stream.height = SIDE
+        stream.pix_fmt = "yuv420p"
+        for packet in encode(0, LATE_B, 0) + encode(LATE_B, FRAMES - LATE_B, 2):
+            packet.time_base, packet.stream = time_base, stream
+            container.mux(packet)
+    return path

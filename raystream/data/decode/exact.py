@@ -25,19 +25,22 @@ import numpy as np
 
 from raystream.data.errors import DataError
 
-# frames read one by one from the start by `pyav_misread`, at most (past the first B-frame, or the second keyframe)
+# frames `pyav_misread` reads one by one, at most (from the keyframe before the first B-frame on)
 SEQUENTIAL_LIMIT = 300
 
 
 def checked_frames(pyav_reader) -> List[int]:
-    """The frames the checks decode: the second, middle and last, a few on each side of the first B-frame (the
-    first frame decoded after one shown after it; with packed B-frames, frame 1 on) and of the second keyframe."""
-    n = pyav_reader.num_frames
-    first = 1 if pyav_reader.packed else pyav_reader.first_reordered
+    """The frames the checks decode: the second, middle and last; a few on each side of the first B-frame (the
+    first frame decoded after one shown after it, `first_reordered`) and of the keyframe before it, read on from the
+    frames before that keyframe (a stream that turns to B-frames at a keyframe, as one cut from two encodings does,
+    got torchcodec 0.13 off by one from there when it decoded through, right after a seek); and around the second
+    keyframe."""
+    n, first = pyav_reader.num_frames, pyav_reader.first_reordered
     keys = [k for k in pyav_reader.keyframes if k > 0]
     picked = {1, n // 2, n - 1}
     if first is not None:
-        picked |= set(range(first - 1, first + 4))
+        before = max([0] + [k for k in keys if k <= first])
+        picked |= set(range(before - 2, before + 3)) | set(range(first - 1, first + 4))
     if keys:
         picked |= {keys[0] - 1, keys[0], keys[0] + 1}
     return sorted(i for i in picked if 0 <= i < n)
@@ -95,20 +98,20 @@ def _host(frames):
 
 
 def pyav_misread(pyav_reader) -> Optional[str]:
-    """Why PyAV would not give every frame of this video as the frame its index names; None when it reads frames
-    0 on to past the first B-frame (with packed B-frames, the second keyframe) one by one (at most
-    SEQUENTIAL_LIMIT), and each of `checked_frames` after a seek. (A frame PyAV finds is the frame its index names: it matches decoded frames to
-    the packets' timestamps, or counts them from a keyframe, pyav_reader.py.)"""
-    n = pyav_reader.num_frames
-    sample = checked_frames(pyav_reader)
-    keys = [k for k in pyav_reader.keyframes if k > 0]
-    first = pyav_reader.first_reordered or 0
-    # packed B-frames are counted from a keyframe, and the count checked at the next one: read through to it
-    through = min(n, SEQUENTIAL_LIMIT, keys[0] + 2 if pyav_reader.packed and keys else first + 4)
+    """Why PyAV would not give every frame of this video as the frame its index names; None when it reads one by
+    one the frames from the keyframe before the first B-frame to past it (with packed B-frames: to past the next
+    keyframe, where the count of frames is checked; at most SEQUENTIAL_LIMIT), and each of `checked_frames` after
+    a seek. (A frame PyAV finds is the frame its index names: it matches decoded frames to the packets' timestamps,
+    or counts them from a keyframe, pyav_reader.py.)"""
+    n, first = pyav_reader.num_frames, pyav_reader.first_reordered or 0
+    keys = pyav_reader.keyframes
+    start = max(k for k in keys if k <= first)
+    later = [k for k in keys if k > first]
+    end = later[0] + 2 if pyav_reader.packed and later else first + 4
     try:
-        for i in range(through):
+        for i in range(start, min(n, end, start + SEQUENTIAL_LIMIT)):
             pyav_reader.get([i])
-        for i in reversed(sample):  # backwards: every one a seek
+        for i in reversed(checked_frames(pyav_reader)):  # backwards: every one a seek
             pyav_reader.get([i])
     except DataError as exc:
         message = str(exc)

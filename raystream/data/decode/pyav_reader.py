@@ -87,7 +87,7 @@ class PyAVReader:
         if self._table is None:
             self._table = _TABLES.get(_file_key(self.path))
         if self._table is None:
-            pts, keys, packed = [], [], False
+            pts, keys, packed = [], [], None  # packed: the timestamp of the first packet of two frames
             mpeg4 = self._stream.codec_context.name == "mpeg4"
             try:
                 with av.open(self.path) as container:
@@ -100,13 +100,20 @@ class PyAVReader:
                         pts.append(packet.pts)
                         if packet.is_keyframe:
                             keys.append(packet.pts)
-                        if mpeg4 and not packed:
-                            packed = bytes(packet).count(_VOP) > 1  # two frames in one packet
+                        if mpeg4 and not packed and bytes(packet).count(_VOP) > 1:  # two frames in one packet
+                            packed = packet.pts
             except av.FFmpegError as exc:
                 raise DataError(f"{self.path}: PyAV cannot demux it: {first_line(exc)}") from None
-            ahead = [i for i in range(1, len(pts)) if pts[i] < max(pts[:i])] if pts else []
-            self._table = _Table(sorted(pts), sorted(keys), packed,
-                                 bisect.bisect_left(sorted(pts), pts[ahead[0]]) if ahead else None)
+            shown = sorted(pts)
+            latest, first = None, None  # the latest timestamp decoded so far; the first frame shown before it
+            for p in pts if packed is None else ():
+                if latest is not None and p < latest:
+                    first = bisect.bisect_left(shown, p)
+                    break
+                latest = p
+            if packed is not None and shown:  # its B-frames are hidden in the packets of two frames
+                first = bisect.bisect_left(shown, packed)
+            self._table = _Table(shown, sorted(keys), packed is not None, first)
             _remember_table(self.path, self._table)
         return self._table
 
@@ -118,8 +125,8 @@ class PyAVReader:
     @property
     def first_reordered(self) -> Optional[int]:
         """The index of the first frame decoded after a frame it is shown before (the first B-frame's, from the
-        packets' order and timestamps); None where decode order is presentation order or the packets say nothing
-        (AVI's packed B-frames among them)."""
+        packets' order and timestamps; with packed B-frames, the first packet of two frames); None where decode
+        order is presentation order."""
         return self._frame_table().first_reordered
 
     @property
@@ -208,8 +215,8 @@ class PyAVReader:
         if self._start_pts is None:
             self._start_pts = frame.pts if frame.pts is not None else 0
         idx = self._index_of(frame)
-        if idx < 0 and frame.pts is None and self._pos >= 0:
-            idx = self._pos  # no timestamp: the frame after the last one
+        if idx < 0 and not self.packed and self._pos >= 0:
+            idx = self._pos  # no timestamp, or one the packets lack: the frame after the last one
         if idx >= 0:
             self._pos = max(self._pos, idx + 1)
         return idx, frame

@@ -3,10 +3,15 @@ over the video (the decoder's limit), in the paper's DoRA and VideoMAE settings,
 
     python benchmarks/stream_decode.py [--frames 1200] [--long-frames 3600] [--canvas 256] [--resolution 224]
     python benchmarks/stream_decode.py --decoders [--frames-1080p 120] [--repeat 3] [--json PATH]
+    python benchmarks/stream_decode.py --scaling [--workers 1,2,4,8,16] [--backends threads,processes]
+        [--scaling-frames 600] [--scaling-epochs 1] [--repeat 3] [--json PATH]
 
 `--decoders`: frames/s per installed decoder (torchcodec CPU, decord, PyAV; torchcodec CUDA where a GPU is), 1 and
 2 decode workers, on a demo video and a 1080p H.264 file with B-frames: raystream/bench/decoders.py, the same code
-as `raystream bench --decoders`. What follows is the default run (decord against PyAV and the baselines).
+as `raystream bench --decoders`. `--scaling`: only its last part, how decoding scales with 1, 2, 4, 8 and 16
+decode workers (capped at the cores present) as threads and as processes (`data.decode_backend`): frames/s, the
+ratio against one worker of the same kind, and the bytes each clip is copied (decoders.scaling). What follows is the
+default run (decord against PyAV and the baselines), which ends with that part.
 
 A walking_tour demo video (scikit-image photos panned at 60 fps, x264 crf 23, default GOP of 250) is written once
 into a temporary folder. Every measurement runs in a fresh child process, so its peak RSS is its own:
@@ -142,11 +147,20 @@ def run_child(args, method: str, setting: str, decoder: str = "decord", reset_fr
     return best
 
 
+def scaling_part(argv) -> int:
+    """`--scaling`: decoders.scaling's rows and ratios (no per-decoder rows)."""
+    from raystream.bench.decoders import main as decoders_main
+
+    return decoders_main(["--scaling-only", *argv])
+
+
 def main() -> int:
     if "--decoders" in sys.argv[1:]:
         from raystream.bench.decoders import main as decoders_main
 
         return decoders_main([a for a in sys.argv[1:] if a != "--decoders"])
+    if "--scaling" in sys.argv[1:]:
+        return scaling_part([a for a in sys.argv[1:] if a != "--scaling"])
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--frames", type=int, default=1200, help="frames of the 60 fps benchmark video")
     p.add_argument("--long-frames", type=int, default=3600,
@@ -237,6 +251,8 @@ def main() -> int:
                     print(f"{setting:9} {w:>7} {r['frames']:>7} {r['seconds']:>6.2f} "
                           f"{r['frames'] / r['seconds']:>9.0f} {one['seconds'] / r['seconds']:>5.2f}x "
                           f"{r['cpu_s']:>6.2f} {r['cpu_s'] / r['seconds']:>5.2f}")
+        print(flush=True)
+        scaling_part(["--repeat", str(args.repeat)])
     return 0
 
 

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from raystream.checks import Check, one_of
 from raystream.data.decode.backends import DECODERS
+from raystream.data.decode.workers import DECODE_BACKENDS
 from raystream.data.demo.render import DEMO_KINDS
 from raystream.data.stream.orders import ORDERS
 
@@ -68,6 +69,8 @@ class DataConfig:
     max_open_videos: int = 8  # readers kept open per stream (shuffled order revisits videos)
     decode_workers: Optional[int] = None  # decoding threads per training worker (raystream.data.decode.workers); None =
     # what this process's CPUs allow. The batches do not depend on it.
+    decode_backend: str = "auto"  # auto | threads | processes (child processes decoding into shared memory); auto:
+    # processes from 4 CPU decode workers on, else threads (data/decode/workers.py). The batches do not depend on it.
     read_ahead: bool = True  # decode workers start on the segments of later steps (one job per worker ahead) while
     # the stream waits for and assembles the current batch; false: only what the current step needs
     shuffle_horizon: int = 4  # shuffled order: batches planned together, so the clips of one video segment drawn
@@ -134,6 +137,7 @@ DATA_CHECKS = [
     Check("max_read_through", lambda v: v >= 0, "an integer >= 0 (frames)"),
     Check("max_open_videos", lambda v: v >= 1, "an integer >= 1"),
     Check("decode_workers", lambda v: v is None or v >= 1, "null (what the CPUs allow) or an integer >= 1"),
+    one_of("decode_backend", DECODE_BACKENDS),
     Check("read_ahead", lambda v: isinstance(v, bool), "true or false"),
     Check("shuffle_horizon", lambda v: v >= 1, "an integer >= 1 (batches)"),
     Check("decord_reset_frames", lambda v: v >= 0, "an integer >= 0 (0 = never flush decord at keyframes)"),

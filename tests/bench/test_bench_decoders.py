@@ -20,3 +20,22 @@ def test_a_row_per_installed_decoder_with_its_rate_and_who_read_the_file(tmp_pat
     label, decoder, device = rows[0]  # the first (auto's choice); the campaign in tests/data/decode streams the others
     r = stream_rate(video, decoder, device, workers=2, repeat=1)
     assert r["read_by"] == decoder and r["frames"] == 8 * 8 and r["frames_per_s"] > 0, label
+
+
+def test_scaling_rows_per_backend_with_ratios_copies_and_the_counts_the_cores_left_out(tmp_path, capsys):
+    from raystream.bench.decoders import print_scaling, scaling
+
+    sc = scaling(tmp_path, counts=(1, 2, 4096), backends=("threads", "processes"), frames=120)
+    assert sc["counts"] == [1, 2] and sc["not_measured"] == [4096] and sc["decoder"] == installed_decoders()[0]
+    assert [(r["backend"], r["workers"]) for r in sc["rows"]] == [("threads", 1), ("threads", 2), ("processes", 1),
+                                                                  ("processes", 2)]
+    clip = 16 * 3 * 224 * 224  # VideoMAE's 16 frames at 224 px, copied once into the batch
+    for r in sc["rows"]:
+        assert r["frames"] == sc["rows"][0]["frames"] > 0 and r["frames_per_s"] > 0
+        assert r["batch_bytes_per_clip"] == clip
+        # neighbouring clips share half their frames, which are decoded once: fewer bytes than the batch's
+        assert 0 < r["decoded_bytes_per_clip"] < clip
+    assert [r["over_1"] for r in sc["rows"] if r["workers"] == 1] == [1.0, 1.0]
+    print_scaling(sc)
+    out = capsys.readouterr().out
+    assert "[4096] workers not measured" in out and "processes" in out

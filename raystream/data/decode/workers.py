@@ -1,15 +1,24 @@
-"""Decode workers: `data.decode_workers` threads, each with its own readers, running the plan's jobs at once.
+"""Decode workers: `data.decode_workers` threads or processes, each with its own readers, running the plan's jobs at
+once.
 
-    workers = DecodeWorkers(n, open_reader=lambda video: reader, resolution=r, max_open=8)
+    workers = DecodeWorkers(n, open_reader=lambda video: reader, resolution=r, max_open=8)      # threads
+    workers = DecodeProcesses(n, recipes, settings, max_open=8, pin=...)                        # processes.py
     future = workers.submit(job)    # -> Future of a uint8 array (len(job.frames), 3, r, r)
     workers.close()
 
-decord's decoding and libswscale's scaling release the GIL, so threads decode in parallel; PyAV releases it for
-part of its work, so its workers overlap less (benchmarks/stream_decode.py measures both). A job goes to the worker
-that decoded the previous piece of its keyframe interval, whose reader already stands there (no seek back);
-other jobs go round-robin. Readers are not thread-safe, so each lives and is closed on its own worker's thread.
-The threads are daemons, not a ThreadPoolExecutor (whose threads are joined at exit): a decode stuck in a corrupt
-file must not hang the process after the stream gave up on it.
+Which kind (`data.decode_backend`, `choose_backend`): threads and processes run the same jobs through the same
+`Router` and decode the same frames, so the batches never depend on the kind or the number of workers. Every
+decoder releases the interpreter lock (GIL) for nearly all of a decode: a thread decoding 224 px clips held it
+for 1-5 % of its samples (py-spy --gil, 2026-11-28: torchcodec 1 %, PyAV 2-5 %, decord 4 %; GIL_SHARE), so a few
+threads overlap as well as processes do and start at no cost. Many workers beside a trainer whose Python holds
+the lock queue for it between decoder calls, so `auto` takes processes (shared memory, processes.py) from
+PROCESSES_FROM workers on, and always threads where frames are decoded on the GPU (NVDEC: the frames land in this
+process's device memory, and a second NVDEC worker did not help, docs/benchmarks.md).
+
+Threads: a job goes to the worker that decoded the previous piece of its keyframe interval, whose reader already
+stands there (no seek back); other jobs go round-robin. Readers are not thread-safe, so each lives and is closed on
+its own worker's thread. The threads are daemons, not a ThreadPoolExecutor (whose threads are joined at exit): a
+decode stuck in a corrupt file must not hang the process after the stream gave up on it.
 """
 
 from __future__ import annotations
@@ -27,6 +36,20 @@ from raystream.data.decode.frames import crop_square
 from raystream.data.decode.plan import Job
 
 _CHUNK = 64  # frames per reader call
+DECODE_BACKENDS = ("auto", "threads", "processes")  # the values data.decode_backend takes
+PROCESSES_FROM = 4  # auto: decode workers from this many on are processes (on the CPU)
+GIL_SHARE = {"decord": 0.04, "torchcodec": 0.01, "pyav": 0.05}  # measured (module docstring): the lock's share of
+# a decode thread's time, at 224 px from 256 px and 1080p H.264
+
+
+def choose_backend(requested: str, workers: int, device: str = "cpu") -> str:
+    """"threads" or "processes" for `data.decode_backend` = `requested` (one of DECODE_BACKENDS) with `workers`
+    decode workers decoding on `device`; `auto` as the module docstring says."""
+    if requested not in DECODE_BACKENDS:
+        raise ValueError(f"data.decode_backend = {requested!r}: expected one of {', '.join(DECODE_BACKENDS)}")
+    if requested != "auto":
+        return requested
+    return "processes" if device == "cpu" and int(workers) >= PROCESSES_FROM else "threads"
 
 
 def available_cores() -> int:
@@ -36,12 +59,13 @@ def available_cores() -> int:
 
 def default_decode_workers() -> int:
     """What this process's CPUs allow: the CPUs it may run on, capped by OMP_NUM_THREADS when that is set (Ray sets
-    it to the CPUs it gave the worker), at most 8."""
+    it to the CPUs it gave the worker), at most 16 (a VideoMAE step of 64 clips of 16 frames per GPU needs about
+    11,000 frames/s: 8 workers of one CPU decoder delivered 0.68 of it on a 16-core H200 node)."""
     n = available_cores()
     omp = os.environ.get("OMP_NUM_THREADS", "")
     if omp.isdigit() and int(omp) > 0:
         n = min(n, int(omp))
-    return max(1, min(8, n))
+    return max(1, min(16, n))
 
 
 class _Worker:
@@ -70,25 +94,36 @@ class _Worker:
                 future.set_exception(exc)
 
 
-class DecodeWorkers:
-    """See the module docstring."""
+class Router:
+    """Which of `n` workers runs a job: the one that decoded the previous piece of its keyframe interval (its reader
+    stands there), else the next in turn. Both kinds of workers route alike."""
 
-    def __init__(self, n: int, open_reader: Callable[[int], object], resolution: int, max_open: int = 8,
-                 name: str = "raystream-decode"):
-        self.open_reader, self.resolution, self.max_open = open_reader, int(resolution), max(1, int(max_open))
-        self._workers = [_Worker(f"{name}-{i}") for i in range(max(1, int(n)))]
-        self._next = 0
+    def __init__(self, n: int):
+        self.n, self._next = max(1, int(n)), 0
         self._route: Dict[Tuple[int, int], Tuple[int, int]] = {}  # (video, gop) -> (piece, worker) routed last
 
-    def submit(self, job: Job) -> Future:
+    def route(self, job: Job) -> int:
         key = (job.video, job.gop)
         last = self._route.get(key)
         if last is not None and last[0] == job.piece - 1:
             w = last[1]
         else:
-            w, self._next = self._next, (self._next + 1) % len(self._workers)
+            w, self._next = self._next, (self._next + 1) % self.n
         self._route[key] = (job.piece, w)
-        return self._workers[w].submit(self._decode, job.video, list(job.frames))
+        return w
+
+
+class DecodeWorkers:
+    """Threads; see the module docstring."""
+
+    def __init__(self, n: int, open_reader: Callable[[int], object], resolution: int, max_open: int = 8,
+                 name: str = "raystream-decode"):
+        self.open_reader, self.resolution, self.max_open = open_reader, int(resolution), max(1, int(max_open))
+        self._router = Router(n)
+        self._workers = [_Worker(f"{name}-{i}") for i in range(self._router.n)]
+
+    def submit(self, job: Job) -> Future:
+        return self._workers[self._router.route(job)].submit(self._decode, job.video, list(job.frames))
 
     def _decode(self, worker: _Worker, video: int, frames) -> np.ndarray:
         reader = worker.readers.pop(video, None)

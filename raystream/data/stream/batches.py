@@ -6,9 +6,9 @@
 
 A stream is a pure function of (config, seed, step): `clip_refs(step)` says which source frames every place of a
 global batch holds without decoding anything (used by `raystream data inspect`). Decoding (decode/): `plan.py`
-groups the frames the next steps need into jobs (one segment of one video each), `data.decode_workers` threads
-decode them at once, already scaled by the decoder (`frames.py`), and a background thread assembles batches from them
-`data.prefetch` batches ahead. A batch that takes longer than `data.decode_timeout_s` raises DataError naming the
+groups the frames the next steps need into jobs (one segment of one video each), `data.decode_workers` threads or
+processes (`data.decode_backend`; processes decode into shared memory) decode them at once, already scaled by the
+decoder (`frames.py`), and a background thread assembles batches from them `data.prefetch` batches ahead. A batch that takes longer than `data.decode_timeout_s` raises DataError naming the
 video instead of hanging the run. None of this changes which frames a batch holds.
 """
 
@@ -32,7 +32,8 @@ import torch
 from raystream.data.decode.backends import open_reader, open_scaled_reader
 from raystream.data.decode.torchcodec_reader import decode_device
 from raystream.data.decode.plan import Job, Plan, Segments
-from raystream.data.decode.workers import DecodeWorkers, default_decode_workers
+from raystream.data.decode.processes import DecodeProcesses, ReaderRecipe, ReaderSettings
+from raystream.data.decode.workers import DecodeWorkers, choose_backend, default_decode_workers
 from raystream.data.errors import DataError
 from raystream.data.stream.clips import ClipGeometry
 from raystream.data.stream.orders import Order
@@ -97,6 +98,7 @@ class ClipStream:
         self.decord_reset_frames = int(data_cfg.decord_reset_frames)
         self.read_ahead = bool(data_cfg.read_ahead)
         self.decode_workers = int(data_cfg.decode_workers or default_decode_workers())
+        self.decode_backend = choose_backend(str(data_cfg.decode_backend), self.decode_workers, self.decode_device)
         self.shuffle_horizon = int(data_cfg.shuffle_horizon)
         self.prefetch_videos = int(data_cfg.prefetch_videos)
         # videos from an object store: fetched into this node's cache ahead of the steps that read them
@@ -241,8 +243,7 @@ class ClipStream:
         self._fetcher = fetcher = VideoPrefetcher(
             self.cache, [v.source for v in self.videos], self._first_uses(start), self.prefetch_videos, start,
             [v.path for v in self.videos])
-        workers = DecodeWorkers(self.decode_workers, self._open_reader, self.resolution, self.max_open,
-                                name=f"raystream-decode-r{self.rank}")
+        workers = self._start_workers()
         futures: Dict[int, Future] = {}  # job id -> its decoded frames, from submission until the job's last step
         jobs: Dict[int, Job] = {}
         rows: Dict[int, Dict[int, np.ndarray]] = {}  # job id -> frame -> (3, r, r) pixels, once decoded
@@ -278,6 +279,17 @@ class ClipStream:
         finally:
             workers.close()
             fetcher.close()
+
+    def _start_workers(self):
+        """`decode_workers` threads or processes (`decode_backend`), which decode the same frames either way."""
+        name = f"raystream-decode-r{self.rank}"
+        if self.decode_backend == "threads":
+            return DecodeWorkers(self.decode_workers, self._open_reader, self.resolution, self.max_open, name=name)
+        recipes = [ReaderRecipe(v.path, v.width, v.height, v.decoder(self.decoder)) for v in self.videos]
+        settings = ReaderSettings(self.resolution, self.max_read_through, self.decord_reset_frames,
+                                  self.decode_device)
+        return DecodeProcesses(self.decode_workers, recipes, settings, self.max_open, name=name,
+                               pin=self._local if self.cache is not None else None)
 
     def _wait(self, job: Job, future: Future, stop: threading.Event) -> np.ndarray:
         path = self.videos[job.video].path

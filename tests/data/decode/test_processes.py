@@ -1,0 +1,161 @@
+"""Decode processes (data.decode_backend=processes, raystream/data/decode/processes.py): the same batches as threads
+in every order and after a restore across kinds; a worker that dies fails the stream at once naming the video and
+the worker; no child process and no shared-memory mapping outlives the stream (ended, failed, closed, at exit, and
+when the parent is killed)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+import torch
+from rs_data_helpers import data_cfg, stream_cfg
+
+from raystream.data import DataError, build_stream
+from raystream.data.config import DATA_CHECKS
+from raystream.data.decode import processes
+from raystream.data.decode.workers import choose_backend
+from raystream.data.stream.orders import ORDERS
+
+OVERLAP = dict(frames_per_clip=3, fps=15.0, clip_shift=1)
+
+
+def _all(stream, start=0):
+    return [(b.step, b.clips, b.frames) for b in stream.batches(start)]
+
+
+def _children():
+    """This process's decode processes still running."""
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+            and "raystream.data.decode.processes" in " ".join(p.cmdline())]
+
+
+def _segments():
+    """This process's mappings of decode processes' shared memory (memfds named raystream-decode)."""
+    gc.collect()
+    with open("/proc/self/maps") as f:
+        return [line for line in f if "memfd:raystream-decode" in line]
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_processes_decode_the_batches_threads_decode_and_resume_across_kinds(block_videos, order):
+    s = stream_cfg(order=order, batch_size=2, epochs=2, **OVERLAP)
+    base = _all(build_stream(data_cfg(block_videos, decode_workers=1, decode_backend="threads"), s, rank=1,
+                             world_size=2))
+    stream = build_stream(data_cfg(block_videos, decode_workers=3, decode_backend="processes"), s, rank=1,
+                          world_size=2)
+    assert stream.decode_backend == "processes"
+    got = _all(stream)
+    assert len(got) == len(base) > 0
+    for (t, c, f), (t2, c2, f2) in zip(base, got):
+        assert (t, c) == (t2, c2) and torch.equal(f, f2)
+    # stopped mid-stream by processes, restored with threads (and the other way round), inline
+    cut = len(base) // 2 + 1
+    for first, then in (("processes", "threads"), ("threads", "processes")):
+        stream = build_stream(data_cfg(block_videos, decode_workers=2, decode_backend=first), s, rank=1,
+                              world_size=2)
+        it = iter(stream)
+        for _ in range(cut):
+            next(it)
+        state = json.loads(json.dumps(stream.state_dict()))
+        stream.close()
+        restored = build_stream(data_cfg(block_videos, decode_workers=2, decode_backend=then, prefetch=0), s,
+                                rank=1, world_size=2)
+        restored.load_state_dict(state)
+        rest = [(b.step, b.clips, b.frames) for b in restored]
+        assert [(t, c) for t, c, _ in rest] == [(t, c) for t, c, _ in base[cut:]]
+        assert all(torch.equal(f, f2) for (_, _, f), (_, _, f2) in zip(rest, base[cut:]))
+    assert not _children() and not _segments()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV])
+def test_a_dead_worker_fails_the_stream_at_once_naming_the_video_and_the_worker(block_videos, sig):
+    s = stream_cfg(order="batch_along_time", batch_size=2, epochs=3, **OVERLAP)
+    # a timeout far beyond the test: the error must come from the death, not from data.decode_timeout_s
+    stream = build_stream(data_cfg(block_videos, decode_workers=2, decode_backend="processes", prefetch=0,
+                                   decode_timeout_s=600.0), s)
+    it = iter(stream)
+    next(it)
+    children = _children()
+    assert len(children) == 2
+    for child in children:
+        os.kill(child.pid, sig)
+    with pytest.raises(DataError) as err:
+        for _ in it:
+            pass
+    text = str(err.value)
+    assert f"died (killed by {sig.name})" in text and "raystream-decode-r0-" in text, text
+    assert any(text.startswith(v) for v in block_videos) and "frames" in text, text
+    del err, it  # the traceback holds the failed generator's frames
+    assert not _children() and not _segments()
+
+
+def test_closing_a_stream_midway_ends_its_processes_and_segments(block_videos):
+    s = stream_cfg(order="shuffled", batch_size=2, epochs=3, **OVERLAP)
+    stream = build_stream(data_cfg(block_videos, decode_workers=2, decode_backend="processes"), s)
+    it = iter(stream)
+    next(it)
+    held = next(it)
+    assert len(_children()) == 2 and _segments()  # jobs decoded ahead are held in shared memory
+    stream.close()
+    del it, held
+    assert not _children() and not _segments()
+
+
+_SCRIPT = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {helpers!r})
+    from rs_data_helpers import data_cfg, stream_cfg
+    from raystream.data import build_stream
+    from raystream.data.decode import processes
+    videos = {videos!r}
+    s = stream_cfg(order="shuffled", batch_size=2, epochs=50, frames_per_clip=3, fps=15.0, clip_shift=1)
+    stream = build_stream(data_cfg(videos, decode_workers=2, decode_backend="processes", prefetch=0), s)
+    it = iter(stream)
+    next(it)
+    print("running", flush=True)
+    if {mode!r} == "exit":
+        sys.exit(0)  # without closing the stream: the exit handler ends its processes
+    while True:
+        next(it)
+""")
+
+
+@pytest.mark.parametrize("mode", ["exit", "killed"])
+def test_no_process_or_segment_outlives_its_parent(block_videos, mode):
+    helpers = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = _SCRIPT.format(helpers=helpers, videos=block_videos, mode=mode)
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "running"
+        children = [p for p in psutil.Process(parent.pid).children()
+                    if "raystream.data.decode.processes" in " ".join(p.cmdline())]
+        assert len(children) == 2
+        if mode == "killed":
+            time.sleep(0.5)  # mid-stream: jobs in flight hold segments
+            parent.kill()
+        parent.wait(timeout=60)
+        gone, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, f"decode processes outlived their parent ({mode}): {alive}"
+        # their shared memory has no name in /dev/shm or elsewhere: it went with the last process mapping it
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def test_decode_backend_is_checked_and_auto_picks_by_workers_and_device():
+    check = {c.key: c for c in DATA_CHECKS}["decode_backend"]
+    assert all(check.predicate(v) for v in ("auto", "threads", "processes")) and not check.predicate("fork")
+    assert choose_backend("auto", 2) == "threads" and choose_backend("auto", 8) == "processes"
+    assert choose_backend("auto", 16, "cuda") == "threads" and choose_backend("processes", 1) == "processes"
+    with pytest.raises(ValueError, match="data.decode_backend = 'fork'"):
+        choose_backend("fork", 2)

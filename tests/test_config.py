@@ -36,6 +36,7 @@ def test_group_choice_and_key_override():
         ("optimizer.grad_clip=-1", "optimizer.grad_clip"),
         ("data.decord_reset_frames=-1", "data.decord_reset_frames"),
         ("data.read_ahead=maybe", "data.read_ahead"),
+        ("data.decode_backend=fork", "data.decode_backend"),
     ],
 )
 def test_bad_values_name_the_key(override, key):

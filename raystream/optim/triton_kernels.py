@@ -18,8 +18,10 @@ in two passes over memory, the least a step can read and write.
 fp32 and rounded once, when stored in the tensor's own dtype (the EMA is fp32 for bf16 / fp16 parameters).
 
 One launch covers many tensors: a block table says which tensor each program's block belongs to (`block_tensor`)
-and where it starts in it (`block_start`), and address tables hold each tensor's data pointer (int64), cast to a
-typed pointer in the kernel. Importing this module imports Triton: with TRITON_INTERPRET=1 set before that import,
+and where it starts in it (`block_start`), and offset tables hold where each tensor starts, in elements from a base
+tensor of its dtype (`p_base`: the segment's first parameter, for theta, g, m, v; `c_base`: its first EMA). A base is
+a kernel argument that Triton knows to be 16-byte aligned; where every tensor is (the host checks), VEC_P / VEC_C
+(16 bytes in elements) tell the compiler so, and each thread loads and stores 16 bytes at a time. Importing this module imports Triton: with TRITON_INTERPRET=1 set before that import,
 the kernels run on CPU tensors in Triton's interpreter (the tests do so in a child process).
 """
 
@@ -37,16 +39,21 @@ def _block(block_tensor, block_start, numel, b, BLOCK: tl.constexpr):
     return t, offs, offs < tl.load(numel + t)
 
 
+@triton.jit
+def _at(off_table, t, offs, VEC: tl.constexpr, BLOCK: tl.constexpr):
+    """The element indices of block `offs` of tensor t from its base (runs of BLOCK, each starting at a multiple of
+    VEC elements)."""
+    return tl.max_contiguous(tl.multiple_of(tl.load(off_table + t) + offs, VEC), BLOCK)
+
+
 @triton.jit(do_not_specialize=["block0"])
-def dots_kernel(g_addr, c_addr, block_tensor, block_start, numel, partial, block0,
-                G_DT: tl.constexpr, C_DT: tl.constexpr, BLOCK: tl.constexpr):
+def dots_kernel(p_base, c_base, g_off, c_off, block_tensor, block_start, numel, partial, block0,
+                VEC_P: tl.constexpr, VEC_C: tl.constexpr, BLOCK: tl.constexpr):
     """partial[b] = (g . c, c . c) over block b = block0 + the program's index (fp32)."""
     b = block0 + tl.program_id(0)
     t, offs, mask = _block(block_tensor, block_start, numel, b, BLOCK)
-    g_ptr = tl.load(g_addr + t).to(tl.pointer_type(G_DT))
-    c_ptr = tl.load(c_addr + t).to(tl.pointer_type(C_DT))
-    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    c = tl.load(c_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(p_base + _at(g_off, t, offs, VEC_P, BLOCK), mask=mask, other=0.0).to(tl.float32)
+    c = tl.load(c_base + _at(c_off, t, offs, VEC_C, BLOCK), mask=mask, other=0.0).to(tl.float32)
     tl.store(partial + 2 * b, tl.sum(g * c, axis=0))
     tl.store(partial + 2 * b + 1, tl.sum(c * c, axis=0))
 
@@ -69,10 +76,10 @@ def segment_kernel(partial, first_block, blocks, out, CHUNK: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["block0", "first"])
-def update_kernel(p_addr, g_addr, c_addr, m_addr, v_addr, step_size, inv_bc2, block_tensor, block_start, numel, k,
-                  uu, block0, first, decay, beta1, beta2, eps, ema_weight,
-                  P_DT: tl.constexpr, C_DT: tl.constexpr, PER_TENSOR: tl.constexpr, MAXIMIZE: tl.constexpr,
-                  WITH_UU: tl.constexpr, BLOCK: tl.constexpr):
+def update_kernel(p_base, c_base, p_off, g_off, c_off, m_off, v_off, step_size, inv_bc2, block_tensor, block_start,
+                  numel, k, uu, block0, first, decay, beta1, beta2, eps, ema_weight,
+                  PER_TENSOR: tl.constexpr, MAXIMIZE: tl.constexpr, WITH_UU: tl.constexpr, VEC_P: tl.constexpr,
+                  VEC_C: tl.constexpr, BLOCK: tl.constexpr):
     """Pass 2 over block b = block0 + the program's index: projection, EMA, AdamW (the module docstring's lines).
     `step_size` = lr / (1 - b1^t) and `inv_bc2` = 1 / sqrt(1 - b2^t) of tensors first, first + 1, ... (float64,
     computed before); `k`: one coefficient (global) or one per tensor (PER_TENSOR); `uu`: u . u per block
@@ -86,25 +93,25 @@ def update_kernel(p_addr, g_addr, c_addr, m_addr, v_addr, step_size, inv_bc2, bl
     lr_t = tl.load(step_size + (t - first)).to(tl.float32)
     bc2_t = tl.load(inv_bc2 + (t - first)).to(tl.float32)
 
-    p_ptr = tl.load(p_addr + t).to(tl.pointer_type(P_DT))
-    g_ptr = tl.load(g_addr + t).to(tl.pointer_type(P_DT))
-    c_ptr = tl.load(c_addr + t).to(tl.pointer_type(C_DT))
-    m_ptr = tl.load(m_addr + t).to(tl.pointer_type(P_DT))
-    v_ptr = tl.load(v_addr + t).to(tl.pointer_type(P_DT))
-    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    c = tl.load(c_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    pi = _at(p_off, t, offs, VEC_P, BLOCK)
+    ci = _at(c_off, t, offs, VEC_C, BLOCK)
+    mi = _at(m_off, t, offs, VEC_P, BLOCK)
+    vi = _at(v_off, t, offs, VEC_P, BLOCK)
+    g = tl.load(p_base + _at(g_off, t, offs, VEC_P, BLOCK), mask=mask, other=0.0).to(tl.float32)
+    c = tl.load(c_base + ci, mask=mask, other=0.0).to(tl.float32)
     u = g - kt * c
-    tl.store(c_ptr + offs, (c + ema_weight * (g - c)).to(C_DT), mask=mask)
+    tl.store(c_base + ci, (c + ema_weight * (g - c)).to(c_base.dtype.element_ty), mask=mask)
     if WITH_UU:
         tl.store(uu + b, tl.sum(u * u, axis=0))
     if MAXIMIZE:
         u = -u
-    p = tl.load(p_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    m = tl.load(m_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    v = tl.load(v_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    p = tl.load(p_base + pi, mask=mask, other=0.0).to(tl.float32)
+    m = tl.load(p_base + mi, mask=mask, other=0.0).to(tl.float32)
+    v = tl.load(p_base + vi, mask=mask, other=0.0).to(tl.float32)
     m = m + (1.0 - beta1) * (u - m)
     v = beta2 * v + (1.0 - beta2) * u * u
     p = p * decay - lr_t * m / (tl.sqrt(v) * bc2_t + eps)
-    tl.store(m_ptr + offs, m.to(P_DT), mask=mask)
-    tl.store(v_ptr + offs, v.to(P_DT), mask=mask)
-    tl.store(p_ptr + offs, p.to(P_DT), mask=mask)
+    dt = p_base.dtype.element_ty
+    tl.store(p_base + mi, m.to(dt), mask=mask)
+    tl.store(p_base + vi, v.to(dt), mask=mask)
+    tl.store(p_base + pi, p.to(dt), mask=mask)

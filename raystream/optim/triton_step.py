@@ -14,11 +14,12 @@ A step, per segment (a run of parameters of one param group, one dtype and one E
      order: the same bits every run) and divides per tensor; k = 0 where c . c = 0 (`safe_ratio`, as the reference);
   3. the bias corrections of each tensor's step t + 1, in float64 on the device (1 - 0.999^t loses digits in fp32);
   4. pass 2 (`update_kernel`): u, the EMA, AdamW, in place; then the step counters advance (one op). A kernel that
-     fails to compile has changed nothing: the optimizer says why once and runs its eager step from then on.
+     fails to build has changed nothing (`KernelBuildError`): the optimizer says why once and runs its eager step
+     from then on (with triton=True it raises).
 
-The kernels address every tensor through tables of data pointers (int64) and a block table (`Plan`), built once per
-layout and rebuilt when a tensor moved (a restored checkpoint, a reset EMA); the gradients' table is refreshed when
-their addresses change. Every tensor must be contiguous; parameters fp32, bf16 or fp16 (their EMA fp32, m and v in
+The kernels address every tensor through tables of offsets from a base tensor (int64) and a block table (`Plan`),
+built once per layout and rebuilt when a tensor moved (a restored checkpoint, a reset EMA); the gradients' table is
+refreshed when their addresses change. Every tensor must be contiguous (else the step falls back, saying why); parameters fp32, bf16 or fp16 (their EMA fp32, m and v in
 the parameter's dtype: the state of the other implementations, so checkpoints are interchangeable), on one device.
 
 Where it runs (`runs_on`): on CUDA where Triton is installed; on CPU tensors only in Triton's interpreter
@@ -85,13 +86,15 @@ def why_not(params: Sequence[Tensor], projection: str) -> Optional[str]:
 
 
 class KernelBuildError(RuntimeError):
-    """Triton could not build or launch a kernel before the step changed anything (state as before the step)."""
+    """The fused step cannot run this step (Triton could not build or launch a kernel, or a tensor's layout does not
+    suit it), found before anything changed: the optimizer says why once and runs its eager step instead."""
 
 
 @dataclass
 class Segment:
     """Parameters [first, last) of the step's lists: one param group, one dtype, one EMA weight; blocks
-    [block0, block1) of the block table."""
+    [block0, block1) of the block table; `vec_p` / `vec_c`: 16 bytes in elements where every theta, g, m, v / every
+    c of the segment starts 16-byte aligned, else 1."""
 
     first: int
     last: int
@@ -99,22 +102,53 @@ class Segment:
     block1: int
     group: object  # the AdamWGroup
     ema_weight: float
+    vec_p: int = 1
+    vec_c: int = 1
+
+
+def _offsets(xs: Sequence[Tensor], segments: List[Segment], bases: Sequence[Tensor]) -> List[int]:
+    """Where each tensor starts, in elements from its segment's base tensor."""
+    out = []
+    for seg, base in zip(segments, bases):
+        for x in xs[seg.first:seg.last]:
+            diff, size = x.data_ptr() - base.data_ptr(), x.element_size()
+            if diff % size or not x.is_contiguous():
+                raise KernelBuildError(f"the fused step takes contiguous, element-aligned tensors, not one of shape "
+                                       f"{tuple(x.shape)}, strides {x.stride()} at address {x.data_ptr():#x}")
+            out.append(diff // size)
+    return out
+
+
+def _vec(xs: Sequence[Tensor]) -> int:
+    """16 bytes in elements when every tensor of `xs` starts 16-byte aligned (vector loads), else 1."""
+    return 16 // xs[0].element_size() if xs and all(x.data_ptr() % 16 == 0 for x in xs) else 1
 
 
 class Plan:
-    """The tables one layout of tensors needs: data pointers of theta, c, m and v (int64), each
-    tensor's size, the block table (tensor index, start) and the segments, on the parameters' device. The kernels
-    take whole tables and a segment's first block (no sliced views: every pointer stays aligned, one compilation). `key`: the addresses and segmentation it was built for."""
+    """The tables one layout of tensors needs: where theta, c, m and v start (int64 elements from the segment's
+    first parameter or EMA), each tensor's size, the block table (tensor index, start) and the segments, on the
+    parameters' device. The kernels take whole tables and a segment's first block and first tensor (no sliced
+    views: one compilation). `key`: the addresses and segmentation it was built for; the gradients' table is
+    refreshed when their addresses change (`refresh_grads`)."""
 
     def __init__(self, key: tuple, params, emas, exp_avgs, exp_avg_sqs, segments: List[Segment],
                  block: int):
         device = params[0].device
         self.key, self.segments, self.block = key, segments, block
+        # each segment's base: its first non-empty tensor (an empty one may have no address)
+        bases = [next((i for i in range(s.first, s.last) if params[i].numel()), s.first) for s in segments]
+        self.p_bases = [params[i] for i in bases]
+        self.c_bases = [emas[i] for i in bases]
 
-        def table(xs):
-            return torch.tensor([x.data_ptr() for x in xs], dtype=torch.int64, device=device)
+        def table(xs, bases):
+            return torch.tensor(_offsets(xs, segments, bases), dtype=torch.int64, device=device)
 
-        self.p, self.c, self.m, self.v = map(table, (params, emas, exp_avgs, exp_avg_sqs))
+        self.p, self.m, self.v = (table(xs, self.p_bases) for xs in (params, exp_avgs, exp_avg_sqs))
+        self.c = table(emas, self.c_bases)
+        self.vec_p = [_vec(params[s.first:s.last] + exp_avgs[s.first:s.last] + exp_avg_sqs[s.first:s.last])
+                      for s in segments]
+        for seg in segments:
+            seg.vec_c = _vec(emas[seg.first:seg.last])
         sizes = [p.numel() for p in params]
         self.numel = torch.tensor(sizes, dtype=torch.int64, device=device)
         tensor, start, first, count = [], [], [], []
@@ -134,6 +168,20 @@ class Plan:
         self.sums = torch.zeros(len(sizes), 2, dtype=torch.float32, device=device)
         self.grad_ptrs: List[int] = []
         self.g = self.p
+
+    def refresh_grads(self, grads: Sequence[Tensor], params: Sequence[Tensor]) -> None:
+        """The gradients' offset table (and vector width), rebuilt when their addresses changed."""
+        ptrs = [g.data_ptr() for g in grads]
+        if ptrs == self.grad_ptrs:
+            return
+        for g, p in zip(grads, params):
+            if g.dtype != p.dtype or g.shape != p.shape:
+                raise KernelBuildError(f"the fused step takes gradients of the parameter's dtype and shape: "
+                                       f"parameter {tuple(p.shape)} {p.dtype}, gradient {tuple(g.shape)} {g.dtype}")
+        self.g = torch.tensor(_offsets(grads, self.segments, self.p_bases), dtype=torch.int64, device=params[0].device)
+        for seg, vec in zip(self.segments, self.vec_p):
+            seg.vec_p = min(vec, _vec(grads[seg.first:seg.last]))
+        self.grad_ptrs = ptrs
 
 
 class TritonStep:
@@ -182,27 +230,10 @@ def _plan(state: TritonStep, params, emas, exp_avgs, exp_avg_sqs, groups, fresh,
            tuple(p.numel() for p in params))
     plan = state.plan
     if plan is None or plan.key != key:
-        for xs in (params, emas, exp_avgs, exp_avg_sqs):
-            for x in xs:
-                if not x.is_contiguous():
-                    raise ValueError(f"the fused Orthogonal-AdamW step needs contiguous tensors, not one of shape "
-                                     f"{tuple(x.shape)} and strides {x.stride()}")
         plan = state.plan = Plan(key, params, emas, exp_avgs, exp_avg_sqs, segments, state.block)
     for seg, now in zip(plan.segments, segments):  # the AdamWGroup of this step (lr, weight decay may have moved)
         seg.group = now.group
     return plan
-
-
-def _refresh_grads(plan: Plan, grads: Sequence[Tensor], params: Sequence[Tensor]) -> None:
-    ptrs = [g.data_ptr() for g in grads]
-    if ptrs != plan.grad_ptrs:
-        for g, p in zip(grads, params):
-            if not g.is_contiguous() or g.dtype != p.dtype or g.shape != p.shape:
-                raise ValueError(f"the fused Orthogonal-AdamW step needs contiguous gradients of the parameter's "
-                                 f"dtype and shape: parameter {tuple(p.shape)} {p.dtype}, gradient {tuple(g.shape)} "
-                                 f"{g.dtype}, strides {g.stride()}")
-        plan.g = torch.tensor(ptrs, dtype=torch.int64, device=params[0].device)
-        plan.grad_ptrs = ptrs
 
 
 def _bias_corrections(steps: Sequence[Tensor], lr: float, beta1: float, beta2: float,
@@ -210,11 +241,6 @@ def _bias_corrections(steps: Sequence[Tensor], lr: float, beta1: float, beta2: f
     """lr / (1 - b1^t) and 1 / sqrt(1 - b2^t) of each tensor's next step t, float64 on `device`."""
     t = torch.stack(list(steps)).to(device=device, dtype=torch.float64) + 1
     return lr / (1 - beta1 ** t), torch.rsqrt(1 - beta2 ** t)
-
-
-def _tl_dtype(dtype: torch.dtype):
-    import triton.language as tl
-    return {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dtype]
 
 
 def triton_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: List[Tensor], exp_avgs: List[Tensor],
@@ -233,17 +259,17 @@ def triton_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: Lis
     from raystream.optim import triton_kernels  # imports Triton (first step only)
 
     state = state if state is not None else TritonStep()
-    plan = _plan(state, params, emas, exp_avgs, exp_avg_sqs, groups, fresh, orth_init == "first_grad")
-    _refresh_grads(plan, grads, params)
     applied: List[Segment] = []  # segments whose pass 2 was queued: a failure after the first is a partial step
     try:
-        k, gc, cc = _coefficients(triton_kernels, plan, params, emas, fresh, projection)
-        for seg in plan.segments:
-            _update(triton_kernels, plan, seg, params, emas, steps, k, projection, with_update_norm)
+        plan = _plan(state, params, emas, exp_avgs, exp_avg_sqs, groups, fresh, orth_init == "first_grad")
+        plan.refresh_grads(grads, params)
+        k, gc, cc = _coefficients(triton_kernels, plan, fresh, projection)
+        for seg, p_base, c_base in zip(plan.segments, plan.p_bases, plan.c_bases):
+            _update(triton_kernels, plan, seg, p_base, c_base, steps, k, projection, with_update_norm)
             applied.append(seg)
-    except Exception as e:
-        if not type(e).__module__.startswith("triton"):
-            raise
+    except KernelBuildError:
+        raise
+    except Exception as e:  # Triton's compiler and launcher raise errors of their own and of the builtins
         reason = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
         if applied:
             raise RuntimeError(f"the fused Orthogonal-AdamW step failed after updating {len(applied)} of "
@@ -255,38 +281,36 @@ def triton_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: Lis
     return gc, cc, uu
 
 
-def _coefficients(K, plan: Plan, params, emas, fresh, projection: str) -> Tuple[Tensor, Tensor, Tensor]:
+def _coefficients(K, plan: Plan, fresh, projection: str) -> Tuple[Tensor, Tensor, Tensor]:
     """Pass 1 and k (0-dim for "global", one per tensor for "per_tensor"), with the sums g . c and c . c."""
-    device = params[0].device
+    device, n = plan.numel.device, len(fresh)
     if all(fresh):  # c_0 = 0 everywhere: k = 0, and the sums are 0
         zero = torch.zeros((), dtype=torch.float32, device=device)
-        k = zero.expand(len(params)).contiguous() if projection == "per_tensor" else zero
-        return k, zero, zero
-    for seg in plan.segments:
+        return (zero.expand(n).contiguous() if projection == "per_tensor" else zero), zero, zero
+    for seg, p_base, c_base in zip(plan.segments, plan.p_bases, plan.c_bases):
         if seg.block1 > seg.block0:
             K.dots_kernel[(seg.block1 - seg.block0,)](
-                plan.g, plan.c, plan.block_tensor, plan.block_start, plan.numel, plan.partial, seg.block0, G_DT=_tl_dtype(params[seg.first].dtype),
-                C_DT=_tl_dtype(emas[seg.first].dtype), BLOCK=plan.block, num_warps=NUM_WARPS)
+                p_base, c_base, plan.g, plan.c, plan.block_tensor, plan.block_start, plan.numel, plan.partial,
+                seg.block0, VEC_P=seg.vec_p, VEC_C=seg.vec_c, BLOCK=plan.block, num_warps=NUM_WARPS)
     if projection == "per_tensor":
-        K.segment_kernel[(len(params),)](plan.partial, plan.first_block, plan.blocks, plan.sums, CHUNK=CHUNK)
+        K.segment_kernel[(n,)](plan.partial, plan.first_block, plan.blocks, plan.sums, CHUNK=CHUNK)
         gc, cc = plan.sums.sum(0).unbind()
         return safe_ratio(plan.sums[:, 0], plan.sums[:, 1]), gc, cc
     gc, cc = plan.partial[:plan.segments[-1].block1].sum(0).unbind()
     return safe_ratio(gc, cc), gc, cc
 
 
-def _update(K, plan: Plan, seg: Segment, params, emas, steps, k: Tensor, projection: str,
+def _update(K, plan: Plan, seg: Segment, p_base: Tensor, c_base: Tensor, steps, k: Tensor, projection: str,
             with_update_norm: bool) -> None:
     """Pass 2 of one segment, with its tensors' bias corrections."""
     if seg.block1 == seg.block0:
         return
-    group, first = seg.group, seg.first
-    step_size, inv_bc2 = _bias_corrections(steps[first:seg.last], group.lr, group.beta1, group.beta2,
-                                           params[0].device)
-    per_tensor = projection == "per_tensor"
+    group = seg.group
+    step_size, inv_bc2 = _bias_corrections(steps[seg.first:seg.last], group.lr, group.beta1, group.beta2,
+                                           p_base.device)
     K.update_kernel[(seg.block1 - seg.block0,)](
-        plan.p, plan.g, plan.c, plan.m, plan.v, step_size, inv_bc2, plan.block_tensor, plan.block_start, plan.numel,
-        k, plan.uu, seg.block0, first, 1.0 - float(group.lr) * float(group.weight_decay), float(group.beta1), float(group.beta2), float(group.eps),
-        float(seg.ema_weight), P_DT=_tl_dtype(params[first].dtype), C_DT=_tl_dtype(emas[first].dtype),
-        PER_TENSOR=per_tensor, MAXIMIZE=bool(group.maximize), WITH_UU=with_update_norm, BLOCK=plan.block,
-        num_warps=NUM_WARPS)
+        p_base, c_base, plan.p, plan.g, plan.c, plan.m, plan.v, step_size, inv_bc2, plan.block_tensor,
+        plan.block_start, plan.numel, k, plan.uu, seg.block0, seg.first,
+        1.0 - float(group.lr) * float(group.weight_decay), float(group.beta1), float(group.beta2), float(group.eps),
+        float(seg.ema_weight), PER_TENSOR=projection == "per_tensor", MAXIMIZE=bool(group.maximize),
+        WITH_UU=with_update_norm, VEC_P=seg.vec_p, VEC_C=seg.vec_c, BLOCK=plan.block, num_warps=NUM_WARPS)

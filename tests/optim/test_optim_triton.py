@@ -20,7 +20,7 @@ import torch
 
 from optim_reference import correlated_gradients
 from raystream.optim import OrthogonalAdamW
-from raystream.optim.triton_step import installed, interpreting
+from raystream.optim.triton_step import KernelBuildError, installed, interpreting
 
 needs_triton = pytest.mark.skipif(not installed(), reason="Triton is not installed (the dev extra installs it on "
                                                           "Linux x86_64)")
@@ -189,3 +189,34 @@ def test_bench_times_the_fused_step():
                                        with_compiled=False)
     assert {"orthogonal_adamw", "orthogonal_adamw_eager", "adamw_fused"} <= set(ms), (ms, skipped)
     assert ran["orthogonal_adamw"].startswith("ran fused (Triton")
+
+
+@needs_triton
+@in_interpreter
+def test_a_layout_it_cannot_take_falls_back_to_the_eager_step_once_said(capfd):
+    """A non-contiguous parameter (a transposed view): by default the step says why once and runs the multi-tensor
+    step, now and from then on, with the same result; triton=True raises instead, before changing anything."""
+    def make():
+        gen = torch.Generator().manual_seed(0)
+        return [torch.nn.Parameter(torch.randn(5, 7, generator=gen).t()), torch.nn.Parameter(torch.randn(4, generator=gen))]
+
+    fused, eager = make(), make()
+    opt, ref = OrthogonalAdamW(fused), OrthogonalAdamW(eager, triton=False)
+    for grads in correlated_gradients([(7, 5), (4,)], 3):
+        for o, ps in ((opt, fused), (ref, eager)):
+            for p, g in zip(ps, grads):
+                p.grad = g.float()
+            o.step()
+    for a, b in zip(fused, eager):
+        assert torch.equal(a, b)
+    assert "contiguous" in opt.fused_step.eager_reason and opt.fused_step.steps == 0
+    assert capfd.readouterr().err.count("fused Triton step could not be built") == 1
+
+    strict = make()
+    opt = OrthogonalAdamW(strict, triton=True)
+    before = [p.detach().clone() for p in strict]
+    for p in strict:
+        p.grad = torch.ones_like(p)
+    with pytest.raises(KernelBuildError, match="contiguous"):
+        opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(strict, before)) and opt.state[strict[0]]["step"].item() == 0

@@ -30,6 +30,10 @@ host: with several Ray instances it takes the last `ray start`'s, and with one i
 recorded dashboard port. Ray Train's `PlacementGroupCleaner` asks that API whether the run's controller is alive
 and, when another cluster's dashboard says it does not know the controller, removes the placement group of a live
 run: the run dies with `ActorDiedError` the moment a neighbour cluster starts (`start_local_ray`).
+
+A local cluster that `start_ray` starts is guarded (raystream/train/guard.py): none of its processes outlives the
+command, whether it finishes, fails, is interrupted or its driver is killed. A joined one (`RAY_ADDRESS`, or a
+Ray the process had initialised) is left alone.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ import re
 import socket
 import sys
 from typing import Any, Dict, Optional
+
+from raystream.train.guard import guard_local_ray
 
 # Forwarded worker output that is Ray's internal noise: whole batches of these actors, and lines with these marks.
 NOISY_ACTORS = ("PlacementGroupCleaner",)
@@ -102,7 +108,9 @@ def quiet_terminal() -> None:
 
 
 def start_ray() -> None:
-    """`ray.init()` for a raystream driver: the cluster of `RAY_ADDRESS`, else a local one bound to loopback."""
+    """`ray.init()` for a raystream driver: the cluster of `RAY_ADDRESS`, else a local one bound to loopback whose
+    processes end with the command (raystream/train/guard.py). A Ray this process already initialised is kept as
+    it is."""
     import ray  # lazy: `loopback_only` must set the environment before Ray is first imported
 
     if ray.is_initialized():
@@ -110,6 +118,7 @@ def start_ray() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
     else:
+        guard_local_ray()  # the cluster started here ends with the command, however it ends (train/guard.py)
         start_local_ray()
     _filter_forwarded_output()
 

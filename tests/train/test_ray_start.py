@@ -14,11 +14,13 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from cli_driver import train_process, wait_for
+from leftovers import MARK_ENV, RunProcesses
 from local_cloud import BIN, free_port, spawn, stop, up
 from ray_env import RAY_TEST_ENV
 
@@ -28,11 +30,15 @@ NEIGHBOUR_WATCH_S = 6.0  # Ray's cleaner asks about the controller about once a 
 
 
 def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path):
+    """... and, once the run has finished, none of its processes is left while the neighbour (a Ray of the user's,
+    on the same host and temp dir) still runs (raystream/train/guard.py)."""
     ray_tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths live under it
     paused = tmp_path / "paused"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_"))}
     env.update(RAY_TMPDIR=str(ray_tmp), RAY_USAGE_STATS_ENABLED="0")
-    run_env = dict(env, **RAY_TEST_ENV, RAYSTREAM_PAUSE_AT_STEP="2", RAYSTREAM_PAUSE_FILE=str(paused))
+    mark = uuid.uuid4().hex
+    run_env = dict(env, **RAY_TEST_ENV, RAYSTREAM_PAUSE_AT_STEP="2", RAYSTREAM_PAUSE_FILE=str(paused),
+                   **{MARK_ENV: mark})
     overrides = ["stream.batch_size=4", "trainer.max_steps=4", "trainer.checkpoint_every=2", "trainer.log_every=1",
                  "eval.metrics=[]", "trainer.correlation_steps=0", "trainer.max_failures=0",  # no silent restart
                  f"trainer.storage_path={tmp_path / 'results'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}",
@@ -41,7 +47,9 @@ def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path)
     neighbour = None
     try:
         with train_process(overrides, run_env, tmp_path, tmp_path / "train.err") as driver:
-            wait_for(driver, tmp_path / "train.err", paused.exists, 300, "the run paused before step 2")
+            processes = RunProcesses(driver.pid, mark)  # not by RAY_TMPDIR: the neighbour shares it
+            wait_for(driver, tmp_path / "train.err", lambda: processes.note() or paused.exists(), 300,
+                     "the run paused before step 2")
             neighbour = spawn([
                 str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
                 "--num-cpus=0", "--num-gpus=0", f"--object-store-memory={100 * 1024 ** 2}", "--include-dashboard=true",
@@ -54,12 +62,30 @@ def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path)
                      lambda: (ray_tmp / "ray" / "ray_current_cluster").exists() and up(f"http://127.0.0.1:{dash}"),
                      180, "the neighbour cluster up and recorded as the host's current cluster", poll_s=0.5)
             time.sleep(NEIGHBOUR_WATCH_S)
+            processes.note()
             paused.unlink()
             driver.wait(timeout=300)
             err = (tmp_path / "train.err").read_text()
             assert driver.returncode == 0, err[-4000:]
             assert "Cleaning up placement group" not in err, err[-4000:]
+            assert processes.left() == []  # when the command returns, nothing of its run is left
+            assert neighbour.poll() is None and up(f"http://127.0.0.1:{dash}")  # the user's Ray is not the run's
     finally:
         if neighbour is not None:
             stop(neighbour, grace_s=5)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_a_ray_this_process_already_holds_is_kept_and_not_guarded(ray_cluster, monkeypatch):
+    """`start_ray` in a process whose Ray is up (a notebook's, a test's) joins it as it is: no guard, no mark in the
+    environment, the cluster still serving afterwards."""
+    import ray
+
+    from raystream.train import guard
+    from raystream.train.ray_start import start_ray
+
+    monkeypatch.setattr(guard, "_guard", None)
+    monkeypatch.delenv(guard.TOKEN_ENV, raising=False)
+    start_ray()
+    assert guard._guard is None and guard.TOKEN_ENV not in os.environ
+    assert ray.get(ray.put(1)) == 1

@@ -1,13 +1,26 @@
 """MLflow never behind at exit (issue 51): whatever stops a run (a failure, Ctrl-C, SIGTERM) its driver closes the
 MLflow run through the run's record and drains the record into MLflow with a bounded wait, saying what is left and
 the upload command; a successful resume clears the earlier attempt's `raystream.error`, which the record keeps.
-The driver's exit path without Ray: a real MLflow sqlite store and a record that rank 0 left unmirrored."""
+The driver's exit path without Ray: a real MLflow sqlite store and a record that rank 0 left unmirrored.
+And no process of a run outlives its command (raystream/train/guard.py): real `raystream train` commands on a
+local Ray of their own, SIGTERMed, and SIGKILLed while they shut down after a Ctrl-C; the process table is read
+after each (a finished run: tests/train/test_ray_start.py; a killed driver mid-run: tests/train/test_guard.py)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import tempfile
 import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
+from cli_driver import train_process, wait_for
+from leftovers import MARK_ENV, RunProcesses
+from ray_env import RAY_TEST_ENV
 
 from raystream.tracking import client as make_client
 from raystream.tracking import events, mirror, names, start_run
@@ -121,3 +134,59 @@ def test_pretrain_start_interrupted_says_so_and_how_to_resume(tmp_path, monkeypa
     err = capsys.readouterr().err
     assert "Traceback" not in err and "raystream pretrain-start: interrupted (SIGTERM)" in err
     assert f"raystream pretrain-start trainer.storage_path={tmp_path} trainer.run_name=table1_start_s0" in err
+
+
+# ---- no process of a run outlives its command (issue 62; raystream/train/guard.py) -------------------------------
+
+@contextmanager
+def local_run(tmp_path, name: str):
+    """A tiny `raystream train` on a local Ray of its own (no RAY_ADDRESS; its own RAY_TMPDIR), paused before step 1
+    with its controller and worker up: (driver, its RunProcesses, its stderr file). What the run left is killed
+    when the block ends, whatever the test asserted."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths live under it
+    mark, paused, err = uuid.uuid4().hex, tmp_path / f"{name}.paused", tmp_path / f"{name}.err"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_"))}
+    env.update(RAY_TEST_ENV, RAY_TMPDIR=str(ray_tmp), RAY_USAGE_STATS_ENABLED="0", RAYSTREAM_PAUSE_AT_STEP="1",
+               RAYSTREAM_PAUSE_FILE=str(paused), **{MARK_ENV: mark})
+    overrides = ["stream.batch_size=4", "trainer.max_steps=4", "trainer.checkpoint_every=2", "eval.metrics=[]",
+                 "trainer.correlation_steps=0", "trainer.max_failures=0", "trainer.num_workers=1",
+                 f"trainer.storage_path={tmp_path / 'results'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}",
+                 f"trainer.run_name={name}"]
+    processes = None
+    try:
+        with train_process(overrides, env, tmp_path, err) as driver:
+            processes = RunProcesses(driver.pid, mark, ray_tmp)
+            wait_for(driver, err, lambda: processes.note() or paused.exists(), 400, "the run paused before step 1")
+            processes.note()
+            assert any("TrainController" in line for line in processes.left()), processes.left()
+            yield driver, processes, err
+    finally:
+        if processes is not None:
+            processes.kill_left()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_sigtermed_local_run_leaves_no_process_once_its_command_returns(tmp_path):
+    """SIGTERM (Ctrl-C's path): the command exits 143 and, by then, every process of its local Ray has ended (the
+    `ray::TrainController` outlived its command by a second or more before; by 50 minutes once)."""
+    with local_run(tmp_path, "termed") as (driver, processes, err):
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=300) == 143, err.read_text()[-3000:]
+        assert processes.left() == []
+
+
+@pytest.mark.slow
+def test_a_driver_killed_while_it_shuts_down_leaves_no_process(tmp_path):
+    """Ctrl-C, then SIGKILL while the driver closes the run (as a fault test that lost patience did, issue 62):
+    nothing of the run is left within seconds; the command's own exit path never ran."""
+    with local_run(tmp_path, "killed") as (driver, processes, err):
+        driver.send_signal(signal.SIGINT)
+        wait_for(driver, err, lambda: "MLflow holds the whole record" in err.read_text(), 300,
+                 "the interrupted run closing its MLflow run")
+        driver.send_signal(signal.SIGKILL)
+        assert driver.wait(timeout=60) == -signal.SIGKILL
+        deadline = time.monotonic() + 60
+        while processes.left() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert processes.left() == []

@@ -5,7 +5,9 @@ On the driver, before Ray starts (`prepare`): the target is resolved (`eval_targ
 training run's own recorded one with the command's overrides on top (`run_config`, said in one line), the config
 checked, the probe set listed (exit 2 naming what was looked for when it cannot be) and checked against the protocol
 (`eval.protocol=dino` is DINO's protocol on an image set: a set of videos is refused), and the checkpoint's model read
-and checked against the configured scenario. Then a `TorchTrainer` of `trainer.num_workers` workers
+and checked against the configured scenario. An `eval.protocol` other than the run's brings that protocol's own probes
+unless the command sets `eval.metrics` (`eval_target.run_config`); what runs is said in one line (`what_runs`).
+Then a `TorchTrainer` of `trainer.num_workers` workers
 (`eval_loop_per_worker`) loads the checkpoint on each worker's device, and every worker runs the evaluation
 (`Evaluator`): its part of the probe set encoded (bf16 autocast on GPU), the features gathered, the probes trained
 data-parallel. The features go to `<run dir>/eval_features/` (keyed by checkpoint, protocol and probe set): a second
@@ -90,6 +92,20 @@ def read_model_state(checkpoint: str) -> Dict[str, Any]:
     """model.pt of a checkpoint directory (local path or URI), on the CPU."""
     fs, path = filesystem_at(checkpoint)
     return torch.load(io.BytesIO(read_bytes(fs, f"{path}/{MODEL_FILE}")), map_location="cpu", weights_only=True)
+
+
+def what_runs(cfg) -> str:
+    """The evaluations the job runs, in words: the probes of `eval.metrics` for a scenario whose features are
+    probed, the held-out pixel error for one that predicts pixels (the scenario's `needs`)."""
+    with torch.device("meta"):
+        needs = build_scenario(cfg.scenario, cfg.stream, int(cfg.trainer.seed)).needs
+    done = []
+    if "probe" in needs:
+        metrics = [str(m) for m in cfg.eval.metrics]
+        done.append(f"probes {', '.join(metrics)}" if metrics else "no probe (eval.metrics=[])")
+    if "heldout" in needs:
+        done.append(f"held-out pixel error ({cfg.eval.heldout_batches} batches)")
+    return " and ".join(done) or "nothing"
 
 
 def prepare(cfg: DictConfig, target: Union[str, EvalTarget]) -> EvalTarget:
@@ -199,8 +215,8 @@ def main(cfg: DictConfig, target_text: str, overrides: Optional[Sequence[str]] =
         print(f"raystream eval: {exc}", file=sys.stderr)
         return 2
     prepare_store(tracking_uri(cfg))  # TrackingStoreError: exit 2 (raystream/cli.py)
-    print(f"raystream eval: {target.checkpoint} (step {target.step}), eval.protocol={cfg.eval.protocol}, "
-          f"{cfg.trainer.num_workers} worker(s)", flush=True)
+    print(f"raystream eval: {target.checkpoint} (step {target.step}), eval.protocol={cfg.eval.protocol}: "
+          f"{what_runs(cfg)}, {cfg.trainer.num_workers} worker(s)", flush=True)
     try:
         out = run(cfg, target, step_hooks)
     except Exception as exc:  # ray.train.TrainingFailedError and what it wraps

@@ -16,6 +16,7 @@ without retyping the training overrides.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import sys
@@ -185,22 +186,50 @@ def override_keys(overrides: Sequence[str]) -> List[str]:
 def run_config(target: EvalTarget, overrides: Sequence[str]) -> Tuple[DictConfig, str]:
     """(the config `raystream eval` evaluates `target` under, the one line saying what it is): the training run's
     recorded config with what `overrides` set on top (each key the overrides change from the defaults, and each
-    key they name); the defaults with `overrides` when the run recorded no config. ConfigError when the recorded
-    config does not fit this raystream's schema, or the result fails its checks."""
+    key they name); the defaults with `overrides` when the run recorded no config. An `eval.protocol` that differs
+    from the run's brings that protocol's own probes (`protocol_probes`) unless the overrides name `eval.metrics`
+    (or the `eval` group), said on the line. ConfigError when the recorded config does not fit this raystream's
+    schema, or the result fails its checks."""
     given = compose(overrides)
     shown = " ".join(overrides) or "no overrides"
     recorded, where = recorded_config(target.run_dir)
+    defaults, named = compose([]), override_keys(overrides)
     if recorded is None:
-        return given, (f"raystream eval: run {target.run_name} recorded no config (in {RUN_INFO_FILE} or its "
-                       f"record): the defaults with {shown}")
-    try:
-        cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), recorded)
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"the config run {target.run_name} recorded in {where} does not fit this raystream "
-                          f"({first_line(exc)}): give the training run's overrides with eval.* ones") from None
-    defaults, values, named = flatten(compose([])), flatten(given), override_keys(overrides)
-    for key, value in values.items():
-        if defaults.get(key, ...) != value or any(key == n or key.startswith(f"{n}.") for n in named):
-            OmegaConf.update(cfg, key, value, merge=False)
+        cfg, before = given, defaults.eval
+        line = (f"raystream eval: run {target.run_name} recorded no config (in {RUN_INFO_FILE} or its record): the "
+                f"defaults with {shown}")
+    else:
+        try:
+            cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), recorded)
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"the config run {target.run_name} recorded in {where} does not fit this raystream "
+                              f"({first_line(exc)}): give the training run's overrides with eval.* ones") from None
+        before = copy.deepcopy(cfg.eval)
+        flat_defaults = flatten(defaults)
+        for key, value in flatten(given).items():
+            if flat_defaults.get(key, ...) != value or any(key == n or key.startswith(f"{n}.") for n in named):
+                OmegaConf.update(cfg, key, value, merge=False)
+        line = f"raystream eval: the config of run {target.run_name} (recorded in {where}) with {shown} on top"
+    switched = _protocol_switched(cfg, before, named)
     check(cfg)
-    return cfg, f"raystream eval: the config of run {target.run_name} (recorded in {where}) with {shown} on top"
+    return cfg, line + switched
+
+
+def protocol_probes(protocol: str) -> List[str]:
+    """The probes evaluation protocol `protocol` runs: those of its config group, sweeps/eval/<protocol>.yaml
+    (dino: kNN and the linear probe; vjepa: the linear and the attentive probe; default: kNN and the linear probe)."""
+    return list(compose([f"eval={protocol}"]).eval.metrics)
+
+
+def _protocol_switched(cfg: DictConfig, before: DictConfig, named: Sequence[str]) -> str:
+    """When the command's overrides switch `eval.protocol` from the run's (`before`: the run's eval config) and name
+    neither `eval.metrics` nor the `eval` group: set `cfg.eval.metrics` to the new protocol's probes (a VideoMAE
+    run trained with kNN and the linear probe, evaluated with eval.protocol=vjepa, gets V-JEPA's attentive probe);
+    the words that say so on the command's line, else ""."""
+    protocol = str(cfg.eval.protocol)
+    if "eval.protocol" not in named or protocol == str(before.protocol) or {"eval", "eval.metrics"} & set(named):
+        return ""
+    probes = protocol_probes(protocol)
+    cfg.eval.metrics = probes
+    return (f"; eval.protocol={protocol} brings its own probes: eval.metrics=[{', '.join(probes)}] (the run's were "
+            f"[{', '.join(map(str, before.metrics))}]; set eval.metrics to choose)")

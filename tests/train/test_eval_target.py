@@ -90,3 +90,40 @@ def test_a_probe_set_that_cannot_be_listed_fails_before_ray_starts(run_dir, tmp_
     assert out.returncode == 2, out.stderr[-2000:]
     assert "looked for something-something-v2-train.json and train.json" in out.stderr
     assert "Traceback" not in out.stderr and "Ray" not in out.stdout + out.stderr.replace("raystream", "")
+
+
+def test_switching_the_protocol_brings_its_probes_unless_the_command_names_them(run_dir):
+    """A VideoMAE run trained with kNN and the linear probe, evaluated with `eval.protocol=vjepa` (as
+    docs/paper-scale.md writes it): V-JEPA's attentive and linear probes run, said on the command's line; it kept the
+    run's kNN and linear probe without a word before (issue 62). The command's own eval.metrics, or the same
+    protocol as the run's, keep what they name."""
+    from raystream.train.eval_target import run_config
+
+    target = resolve(str(run_dir))
+    cfg, line = run_config(target, ["eval.protocol=vjepa"])
+    assert cfg.eval.protocol == "vjepa" and list(cfg.eval.metrics) == ["linear", "attentive"]
+    assert line.endswith("with eval.protocol=vjepa on top; eval.protocol=vjepa brings its own probes: "
+                         "eval.metrics=[linear, attentive] (the run's were [knn, linear]; set eval.metrics to choose)")
+    assert eval_job.what_runs(cfg) == "probes linear, attentive"
+    cfg, line = run_config(target, ["eval.protocol=vjepa", "eval.metrics=[attentive]"])
+    assert list(cfg.eval.metrics) == ["attentive"] and "brings" not in line
+    cfg, line = run_config(target, ["eval.protocol=default", "eval.max_probe_samples=7"])
+    assert list(cfg.eval.metrics) == ["knn", "linear"] and "brings" not in line  # the run's protocol already
+    cfg, _ = run_config(target, ["eval=vjepa"])  # the group: its own metrics, as composed
+    assert list(cfg.eval.metrics) == ["linear", "attentive"]
+    assert eval_job.what_runs(compose(["scenario=future_prediction"])) == "held-out pixel error (8 batches)"
+
+
+def test_the_eval_command_says_which_probes_the_protocol_brought(run_dir, tmp_path, monkeypatch, capfd):
+    """Through the command (in this process; it stops before Ray at a probe set that cannot be listed): the line that
+    says which config it evaluates names the probes eval.protocol=vjepa brought."""
+    from cli_driver import in_process
+
+    ssv2 = tmp_path / "ssv2"  # labels only: no train split
+    ssv2.mkdir()
+    (ssv2 / "labels.json").write_text('{"Holding something": "0"}')
+    with in_process(tmp_path, monkeypatch, capfd) as cli:
+        out = cli("eval", str(run_dir), "eval.protocol=vjepa", f"eval.dataset={ssv2}")
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert ("eval.protocol=vjepa brings its own probes: eval.metrics=[linear, attentive] (the run's were [knn, "
+            "linear]; set eval.metrics to choose)") in out.stderr

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU campaign in one command (raystream/bench/campaign.py; docs/benchmarks.md "The GPU campaign"):
 #
-#   bash benchmarks/gpu_campaign.sh --out DIR [--device cuda|cpu] [--tiny] [--budget S]
+#   bash benchmarks/gpu_campaign.sh --out DIR [--device cuda|cpu] [--tiny] [--budget S] [--presets A,B,...]
+#                                   [--peak-tflops T] [--optimizer-compile on|off]   # raystream.bench.campaign's
 #
 # On the GPU machine (CUDA torch, numpy, scikit-learn, scikit-image, pyarrow; no Ray, MLflow, Hydra, OmegaConf,
 # decord, PyAV, no network): installs the wheels benchmarks/gpu_campaign_pack.sh put into $CAMPAIGN_CARRY/wheels

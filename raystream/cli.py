@@ -14,6 +14,7 @@
     raystream data correlation [overrides] [--checkpoint PATH] [--steps N] [--device D] [--micro-batch M]
     raystream data index VIDEOS [overrides]
     raystream bench  [overrides] [--device cpu|cuda] [--steps N] [--json PATH] [--time-budget S] [--compile MODE]
+                     [--peak-tflops TFLOPS]
     raystream bench --eval [--device cpu|cuda] [--json PATH]
     raystream bench --decoders [--json PATH]
 
@@ -179,7 +180,11 @@ def _add_bench(sub) -> argparse.ArgumentParser:
     b.add_argument("--time-budget", type=_at_least(1), default=480, metavar="S",
                    help="seconds for the whole command (default 480); phases that do not fit are skipped, and said")
     b.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
-                   help="Orthogonal-AdamW's compiled step: auto = when the budget allows (default)")
+                   help="torch.compile in the bench (Orthogonal-AdamW's compiled step, the model's compiled ViT "
+                        "blocks against eager): auto = when the budget allows (default)")
+    b.add_argument("--peak-tflops", type=float, default=None, metavar="TFLOPS",
+                   help="the device's dense bf16 peak for MFU (default: the datasheet figure of a known GPU; a CPU "
+                        "or an unknown GPU prints MFU as unknown)")
     b.add_argument("--eval", action="store_true",
                    help="an evaluation worker's rates instead (ViT-S images/s, ViT-B clips/s, an attentive-probe "
                         "step) and the paper's probe evaluations estimated from them; no experiment config used")
@@ -272,7 +277,8 @@ def _bench(args: argparse.Namespace, cfg) -> int:
     from raystream.bench.main import main as bench_main  # lazy: see _dispatch
 
     return bench_main(cfg, device=args.device, steps=args.steps, json_path=args.json,
-                      time_budget=args.time_budget, compile=args.compile, overrides=args.overrides)
+                      time_budget=args.time_budget, compile=args.compile, overrides=args.overrides,
+                      peak_tflops=args.peak_tflops)
 
 
 def _data(args: argparse.Namespace, cfg) -> int:

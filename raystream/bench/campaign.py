@@ -4,28 +4,34 @@ gathers here what that machine lacks (docs/benchmarks.md, "The GPU campaign").
 
     python -m raystream.bench.campaign --out DIR [--device cuda|cpu] [--tiny] [--budget 420] [--demo-dir DIR]
                                        [--presets NAME,NAME,...]   # which presets, in that order (default: all)
+                                       [--peak-tflops T]           # the device's dense bf16 peak, for MFU
+                                       [--optimizer-compile on|off]  # also Orthogonal-AdamW's compiled step
     python -m raystream.bench.campaign --prepare [--tiny] [--demo-dir DIR]   # the demo videos it reads (PyAV)
 
-For each paper preset (DoRA ViT-S/16, VideoMAE ViT-B/16, future prediction ViT-L/16) at its per-GPU batch:
-  bench     `raystream bench`'s measurement (main.py `run`), the compiled optimizer allowed on CUDA: steps/s from
-            device memory and from the live stream, the optimizer step (configured, stock eager and compiled
-            Orthogonal-AdamW, AdamW foreach and fused), the checks before timing (compiled step included), the peak
-            memory of the correlation and of the steps with a checkpoint save;
+For each paper preset (future prediction ViT-L/16 first, then DoRA ViT-S/16 and VideoMAE ViT-B/16) at its
+per-GPU batch:
+  bench     `raystream bench`'s measurement (main.py `run`): the model FLOPs per step (flops.py) and steps/s from
+            device memory with the model's blocks eager and compiled (`trainer.compile`, on CUDA; their peak memory),
+            from the live stream, each with its achieved TFLOP/s and MFU; the optimizer step (every variant
+            optimizer_timing.py times: the configured one, Orthogonal-AdamW's fused and multi-tensor steps where
+            they run, AdamW foreach and fused; the compiled Orthogonal-AdamW with --optimizer-compile on), the
+            checks before timing, the peak memory of the correlation and of the steps with a checkpoint save;
   estimate  cluster/gpu_memory.py's estimate at the same per-GPU batch, beside the measured peak;
   train     2 steps as a worker takes them, one log window (worker_steps.py): host syncs in the steps and at the
             read-back, the checkpoint's save stall (copy to host memory) and its write.
 Then:
   decode    frames/s of the clip stream per decoder that imports here (backends.DECODERS), measured by
             benchmarks/stream_decode.py's `child` on a video it writes;
-  gpu_decode  on CUDA only: `raystream bench --decoders` (decoders.py: each decoder, torchcodec on NVDEC where it
-            loads, 1 and 2 decode workers, a 256 px demo video and a 1080p H.264 file with B-frames), and whether
-            NVDEC decoded frames into device memory (torchcodec's CPU-fallback status);
+  gpu_decode  on CUDA only: `raystream bench --decoders` (decoders.py `measure`: each decoder, torchcodec on NVDEC
+            where it loads, at the decode-worker counts it measures, a 256 px demo video and a 1080p H.264 file with
+            B-frames), and whether NVDEC decoded frames into device memory (torchcodec's CPU-fallback status);
   eval      bf16 feature extraction (eval_rates.py `encode_rate`): ViT-S/16 images/s at 224 px, ViT-B/16 clips/s.
 
-Every phase draws on one time budget (default 420 s, inside the 8 minutes a device call is given); a phase that
-fails is recorded with its error and the others go on. `--tiny` (the CPU dry run of the suite) takes the same path
-with tiny models, 32 px clips, batch 2 and no compiling. Imports neither Ray nor MLflow. Exit 0, or 1 when a phase
-failed (the JSON says which).
+Every phase draws on one time budget (default 420 s: with the wheels' install and the phases' overrun, one device
+call of under 9 minutes); the presets may spend all but RESERVE of it, so that the phases after them run. A phase
+that fails is recorded with its error and the others go on. `--tiny` (the CPU dry run of the suite) takes the same
+path with tiny models, 32 px clips, batch 2 and no compiling. Imports neither Ray nor MLflow. Exit 0, or 1 when a
+phase failed (the JSON says which).
 """
 
 from __future__ import annotations
@@ -56,14 +62,14 @@ from raystream.models.vit import VisionTransformer
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_DIR = ".campaign/demo"
 
-# The paper presets at their per-GPU batch (the experiment's global batch over its GPUs): DoRA 32 clips on one GPU,
-# VideoMAE 512 over 8 GPUs (64 each: one GPU's rank, world 1, so that the 2 demo videos fill its batch), future
-# prediction 16 on one.
+# The paper presets at their per-GPU batch (the experiment's global batch over its GPUs), in the order measured
+# (the largest model first: a budget that ends early skips the last): future prediction 16 on one GPU, DoRA 32 clips
+# on one, VideoMAE 512 over 8 GPUs (64 each: one GPU's rank, world 1, so that the 2 demo videos fill its batch).
 PRESETS = {
-    "dora_vit_s": ["+experiment=dora_paper", "trainer.num_workers=1", "stream.batch_size=32"],
-    "videomae_vit_b": ["+experiment=videomae_paper", "trainer.num_workers=1", "stream.batch_size=64"],
     "future_prediction_vit_l": ["+experiment=future_prediction_paper", "trainer.num_workers=1",
                                 "stream.batch_size=16"],
+    "dora_vit_s": ["+experiment=dora_paper", "trainer.num_workers=1", "stream.batch_size=32"],
+    "videomae_vit_b": ["+experiment=videomae_paper", "trainer.num_workers=1", "stream.batch_size=64"],
 }
 # What every preset reads: demo walking-tour videos (the paper's videos are not on the GPU machine), no probe sets.
 DEMO = ["data=walking_tour", "data.videos=null", "data.heldout_videos=null", "eval.dataset=null", "eval.metrics=[]",
@@ -77,7 +83,8 @@ TINY_PRESET = {
     "videomae_vit_b": ["stream.frames_per_clip=4"],
     "future_prediction_vit_l": ["stream.target_offset_s=0.2"],
 }
-BUDGET = {"bench": 0.2, "decode": 0.08, "eval": 0.06}  # shares of the whole budget (each preset's bench: 0.2)
+BUDGET = {"bench": 0.18}  # each preset's bench: this share of the whole budget at most
+RESERVE = 0.25  # the share of the budget kept for the phases after the presets (decoders, evaluation)
 
 
 def overrides(preset: str, tiny: bool, demo_dir: str) -> List[str]:
@@ -103,8 +110,10 @@ def _stream_decode():
 class Campaign:
     """The phases in order, each recorded under its name in `result` (its figures, or `{"error": ...}`)."""
 
-    def __init__(self, device: str, tiny: bool, budget_s: float, demo_dir: str, presets: Optional[List[str]] = None):
+    def __init__(self, device: str, tiny: bool, budget_s: float, demo_dir: str, presets: Optional[List[str]] = None,
+                 peak_tflops: Optional[float] = None, optimizer_compile: str = "off"):
         self.device, self.tiny, self.demo_dir = device, tiny, demo_dir
+        self.peak_tflops, self.optimizer_compile = peak_tflops, optimizer_compile
         self.presets = list(presets or PRESETS)
         self.budget_s, self.started = float(budget_s), time.monotonic()
         self.result: Dict[str, Any] = {
@@ -134,10 +143,13 @@ class Campaign:
         ov = overrides(name, self.tiny, self.demo_dir)
         cfg = compose(ov)
         where = self.result["presets"].setdefault(name, {"preset": name, "overrides": ov})
-        budget = max(30.0, min(self.left(), BUDGET["bench"] * self.budget_s))
-        compile_mode = "off" if self.tiny else "on"
-        self.phase(where, "bench", lambda: bench_run(cfg, device=self.device, steps=2 if self.tiny else 10,
-                                               time_budget=budget, compile=compile_mode, overrides=ov))
+        budget = max(30.0, min(self.left() - RESERVE * self.budget_s, BUDGET["bench"] * self.budget_s))
+        # the model compiled against eager (on CUDA: regional, seconds); Orthogonal-AdamW's compiled step only when
+        # asked (--optimizer-compile on): slower than the eager one on the H200 and minutes to compile (2026-11-27)
+        self.phase(where, "bench", lambda: bench_run(
+            cfg, device=self.device, steps=2 if self.tiny else 10, time_budget=budget,
+            compile="off" if self.tiny else self.optimizer_compile, model_compile="off" if self.tiny else "on",
+            overrides=ov, peak_tflops=self.peak_tflops))
         batch = int(cfg.stream.batch_size) // int(cfg.trainer.num_workers)
         self.phase(where, "estimate", lambda: _estimate(ov, batch))
         self.phase(where, "train", lambda: train_steps(cfg, torch.device(self.device), steps=2))
@@ -205,17 +217,19 @@ class Campaign:
                 "vit_b16_clips_per_s": encode_rate(b, (frames, 3, side, side), clips, batches, dev)}
 
     def run(self) -> Dict[str, Any]:
-        self.phase(self.result, "decode", self.decode)  # seconds each: first, so that the presets cannot crowd
+        for name in self.presets:  # the largest first; RESERVE of the budget is kept for the phases after them
+            if self.left() - RESERVE * self.budget_s <= 30:
+                self.result["presets"][name] = {"preset": name, "skipped": "time budget"}
+                continue
+            self.preset(name)
+        # The decode-worker scaling (decoders.py `measure`, at the worker counts it measures) comes right after the
+        # presets: the live stream's rates above are read against it.
         if self.device == "cuda":
             self.phase(self.result, "gpu_decode", self.gpu_decode)
         else:  # the suite measures decoders.py on the CPU (tests/bench/test_bench_decoders.py)
             self.result["gpu_decode"] = {"skipped": "no CUDA device"}
-        self.phase(self.result, "eval", self.eval)      # them out (the presets' compiling takes minutes)
-        for name in self.presets:
-            if self.left() <= 30:
-                self.result["presets"][name] = {"preset": name, "skipped": "time budget"}
-                continue
-            self.preset(name)
+        self.phase(self.result, "decode", self.decode)
+        self.phase(self.result, "eval", self.eval)
         self.result["elapsed_s"] = round(time.monotonic() - self.started, 1)
         self.result["imported"] = sorted(m for m in ("ray", "mlflow") if m in sys.modules)  # none: a bare GPU box
         return self.result
@@ -243,34 +257,72 @@ def _f(x, fmt="{:.2f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
+def _mfu(x: Optional[float]) -> str:
+    return "MFU ?" if x is None else f"{100 * x:.1f} %"
+
+
+def _peak_text(r: Dict[str, Any]) -> str:
+    """The peak the presets' MFU is taken against (the first measured preset's; all ran on one device)."""
+    for p in r["presets"].values():
+        b = p.get("bench", {})
+        if "peak_source" in b:
+            return (f"{b['peak_tflops']:g} TFLOP/s dense bf16 ({b['peak_source']})" if b["peak_tflops"]
+                    else b["peak_source"])
+    return "no preset measured"
+
+
+def _compile_cells(c: Dict[str, Any]):
+    """(compiled steps/s (MFU), x eager; peak GiB eager / compiled) of the bench's `model_compile`."""
+    eager, compiled = c.get("eager", {}), c.get("compiled", {})
+    if "steps_per_s" not in compiled:
+        return f"not measured: {compiled.get('skipped', '-')}", _f(eager.get("peak_memory_gb"))
+    return (f"{compiled['steps_per_s']:.2f} ({_mfu(compiled['mfu'])}), {_f(c.get('compiled_over_eager'))}x",
+            f"{_f(eager.get('peak_memory_gb'))} / {compiled['peak_memory_gb']:.2f}")
+
+
 def markdown(r: Dict[str, Any]) -> str:
     """The campaign's table: one row per preset, then decoders and evaluation."""
     gib = float(1 << 30)
     lines = [f"GPU campaign {r['date']}, {r['device_name']} ({r['device']}{', tiny dry run' if r['tiny'] else ''}), "
              f"torch {r['torch']}, commit {r['commit']}, {r.get('elapsed_s', '?')} s of a {r['budget_s']:.0f} s budget",
              "",
-             "| preset | batch/GPU | steps/s memory | steps/s live | live/memory | optimizer ms: configured / eager "
-             "/ compiled / AdamW foreach / fused | compiled step | peak GiB (estimate) | syncs: steps / read | "
-             "checkpoint stall s (write s) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f"MFU against {_peak_text(r)}; steps/s from device memory, then live",
+             "",
+             "| preset | batch/GPU | model TFLOP/step | steps/s memory (MFU) | steps/s live (MFU) | live/memory | "
+             "compiled steps/s (MFU), x eager | peak GiB eager / compiled | peak GiB (estimate) | "
+             "syncs: steps / read | checkpoint stall s (write s) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    optimizer = ["", "optimizer step alone (ms, x AdamW fused; how the compiled or fused steps ran):", "",
+                 "| preset | optimizer | ms | x fused | ran |", "|---|---|---|---|---|"]
+    checks = ["", "checks before timing:"]
     for name, p in r["presets"].items():
         b, e, t = p.get("bench", {}), p.get("estimate", {}), p.get("train", {})
         if "skipped" in p or "error" in b:
             why = p.get("skipped") or b["error"].splitlines()[0][:120]
-            lines.append(f"| {name} | | | | | {why} | | | | |")
+            lines.append(f"| {name} | | | {why} | | | | | | | |")
             continue
-        ms = b.get("optimizer_step_ms", {})
-        opt = " / ".join(_f(ms.get(k)) for k in (b.get("optimizer_configured"), "orthogonal_adamw",
-                                                 "orthogonal_adamw_compiled", "adamw_foreach", "adamw_fused"))
         peak = max(b.get("peak_memory_bytes", 0), b.get("correlation_peak_memory_bytes", 0)) / gib
         est = _f(e.get("tensors_bytes", None) and e["tensors_bytes"] / gib) if "error" not in e else "error"
         syncs = (f"{_f(t.get('host_syncs_in_steps'), '{}')} / {_f(t.get('host_syncs_in_read'), '{}')}"
                  if "error" not in t else "error")
         stall = (f"{_f(t.get('checkpoint_stall_s'))} ({_f(t.get('checkpoint_write_s'))})" if "error" not in t
                  else "error")
-        lines.append(f"| {name} | {b.get('batch_size')} | {_f(b.get('from_memory_steps_per_s'))} | "
-                     f"{_f(b.get('live_steps_per_s'))} | {_f(b.get('live_over_memory'))} | {opt} | "
-                     f"{b.get('checks', {}).get('compiled_step', '-')[:60]} | {peak:.2f} ({est}) | {syncs} | {stall} |")
+        compiled, mem = _compile_cells(b.get("model_compile", {}))
+        lines.append(f"| {name} | {b.get('batch_size')} | {_f(b.get('model_flops_per_step', 0) / 1e12, '{:.3g}')} | "
+                     f"{_f(b.get('from_memory_steps_per_s'))} ({_mfu(b.get('from_memory_mfu'))}) | "
+                     f"{_f(b.get('live_steps_per_s'))} ({_mfu(b.get('live_mfu'))}) | "
+                     f"{_f(b.get('live_over_memory'))} | {compiled} | {mem} | {peak:.2f} ({est}) | {syncs} | "
+                     f"{stall} |")
+        ms = b.get("optimizer_step_ms", {})
+        fused = ms.get("adamw_fused")
+        ran = b.get("optimizer_compiled", {})
+        for label, v in ms.items():
+            mark = " (configured)" if label == b.get("optimizer_configured") else ""
+            optimizer.append(f"| {name} | {label}{mark} | {v:.2f} | {_f(fused and v / fused)} | {ran.get(label, '')} |")
+        optimizer += [f"| {name} | {label} | not timed: {why} | | |"
+                      for label, why in b.get("optimizer_step_skipped", {}).items()]
+        checks.append(f"- {name}: " + "; ".join(f"{k} {v}" for k, v in b.get("checks", {}).items()))
+    lines += optimizer + checks
     d = r.get("decode", {})
     if "decoders" in d:
         lines += ["", f"decode, {d['video_frames']} frames {d['canvas']} px, clips at {d['resolution']} px, 1 worker:",
@@ -320,6 +372,10 @@ def main(argv=None) -> int:
     p.add_argument("--prepare", action="store_true", help="only write the demo videos into --demo-dir")
     p.add_argument("--presets", default=",".join(PRESETS),
                    help="the presets to measure, in this order (comma-separated; default: all, as listed in PRESETS)")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="the device's dense bf16 peak in TFLOP/s, for MFU (default: flops.py's table of known GPUs)")
+    p.add_argument("--optimizer-compile", choices=["on", "off"], default="off",
+                   help="also time and check Orthogonal-AdamW's compiled step (minutes of compiling per preset)")
     args = p.parse_args(argv)
     if args.prepare:
         for path in prepare(args.tiny, args.demo_dir):
@@ -337,7 +393,10 @@ def main(argv=None) -> int:
     unknown = [name for name in presets if name not in PRESETS]
     if unknown:
         p.error(f"--presets: unknown {', '.join(unknown)} (expected some of {', '.join(PRESETS)})")
-    result = Campaign(device, args.tiny, args.budget, args.demo_dir, presets).run()
+    if args.peak_tflops is not None and not args.peak_tflops > 0:
+        p.error(f"--peak-tflops {args.peak_tflops}: expected a peak > 0 (TFLOP/s)")
+    result = Campaign(device, args.tiny, args.budget, args.demo_dir, presets, args.peak_tflops,
+                      args.optimizer_compile).run()
     (out / "campaign.json").write_text(json.dumps(result, indent=1, default=str))
     table = markdown(result)
     (out / "campaign.md").write_text(table)

@@ -3,16 +3,21 @@
     1. build the worker's model and optimizer (raystream/bench/trainee.py); the stream correlation a run measures
        before step 0 (1 pair per order: its memory does not grow with more), its peak memory (memory.py)
     2. checks (checks.py): DeviceStream vs the host path, a bf16 step, compiled vs stock step; a failure stops here
-    3. `steps` steps from batches held in device memory
+    3. `steps` steps from batches held in device memory; then, with the model's ViT blocks compiled the other way
+       (`trainer.compile`: eager if configured compiled, else compiled where compiling is allowed), the same steps
+       again: compiled against eager steps/s and peak memory (model_compile)
     4. `steps` steps from the live stream with the configured data.decode_workers, then one checkpoint save (as
        rank 0 writes it, into a temporary directory); the training peak memory over both
     5. the optimizer step alone: configured, stock / compiled, AdamW foreach and fused
     6. the decode-worker sweep (1, 2, 4, ... up to the cores) while the budget lasts
 
-Compiling (Orthogonal-AdamW's compiled step, for the check and the timing) is allowed with `--compile on`, or with
-`auto` when the budget is at least COMPILE_BUDGET_S for the device (a first compilation of a ViT's step took about a
-minute on a 2-core CPU); otherwise it is skipped and the output says so. Exit 0; 2 when the input is bad (no CUDA
-device, bad data or checkpoint, a `--json` path that cannot be written: checked first); 3 when a check failed.
+Compiling (Orthogonal-AdamW's compiled step, for the check and the timing, and the model's compiled blocks) is
+allowed with `--compile on`, or with `auto` when the budget is at least COMPILE_BUDGET_S for the device (a first
+compilation of a ViT's step took about a minute on a 2-core CPU); otherwise it is skipped and the output says so.
+Model FLOPs per step are counted before anything runs (flops.py, on the meta device) and every steps/s figure comes
+with its achieved TFLOP/s and, where the device's bf16 peak is known or `--peak-tflops` names it, its MFU.
+Exit 0; 2 when the input is bad (no CUDA device, bad data or checkpoint, a `--json` path that cannot be written, a
+`--peak-tflops` not > 0: checked first); 3 when a check failed.
 """
 
 from __future__ import annotations
@@ -26,11 +31,12 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import torch
 from omegaconf import OmegaConf
 
-from raystream.bench import checks, memory, report, throughput
+from raystream.bench import checks, flops, memory, report, throughput
 from raystream.bench.optimizer_timing import compile_applies, label, time_optimizers
 from raystream.bench.trainee import Budget, CheckFailed, Trainee, device_name, resolve_device
 from raystream.data import DataError
 from raystream.data.decode.workers import available_cores, default_decode_workers
+from raystream.models.vit import blocks_of, compile_blocks, compile_wanted
 from raystream.optim.factory import compile_choice
 
 RUN_STEPS = 10 ** 6  # the run bench's trainee stands for: a long one (its schedules; what compile=auto weighs)
@@ -43,15 +49,21 @@ def compile_decision(mode: str, opt_cfg, device: torch.device, budget: Budget) -
     if not compile_applies(opt_cfg):
         return False, (f"not applicable to optimizer.name={opt_cfg.name}, projection={opt_cfg.projection} (the "
                        "compiled step is orthogonal_adamw's, global or per_tensor projection)")
-    if mode == "on" or opt_cfg.compile is True:
+    if opt_cfg.compile is True:
         return True, ""
+    why = compile_not_allowed(mode, device, budget)
+    return why is None, why or ""
+
+
+def compile_not_allowed(mode: str, device: torch.device, budget: Budget) -> Optional[str]:
+    """Why `--compile MODE` allows no torch.compile in this run (None: it does)."""
     if mode == "off":
-        return False, "--compile off"
+        return "--compile off"
     need = COMPILE_BUDGET_S[device.type]
-    if budget.seconds < need:
-        return False, (f"time budget {budget.seconds:.0f} s < {need:.0f} s allowed for torch.compile on "
-                       f"{device.type} (--compile on forces it)")
-    return True, ""
+    if mode == "auto" and budget.seconds < need:
+        return (f"time budget {budget.seconds:.0f} s < {need:.0f} s allowed for torch.compile on {device.type} "
+                "(--compile on forces it)")
+    return None
 
 
 def resolve_auto_compile(cfg, trainee: Trainee) -> Tuple[Any, Optional[str]]:
@@ -77,17 +89,23 @@ def _setting(cfg, trainee: Trainee, device: torch.device, overrides: Sequence[st
 
 
 def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: float = 480.0, compile: str = "auto",
-        overrides: Sequence[str] = ()) -> Dict[str, Any]:
-    """Measure; the result dict (report.py lists its keys). Raises BenchError, DataError, CheckFailed."""
+        overrides: Sequence[str] = (), peak_tflops: Optional[float] = None,
+        model_compile: Optional[str] = None) -> Dict[str, Any]:
+    """Measure; the result dict (report.py lists its keys). `compile`: the `--compile` mode; `model_compile`: the
+    mode for the model's compiled blocks when it differs (the GPU campaign compiles the model, not the optimizer).
+    Raises BenchError, DataError, CheckFailed (and ValueError for a `peak_tflops` that is not > 0)."""
     budget = Budget(time_budget)
     dev = resolve_device(device)
+    peak_tf, peak_source = flops.peak_tflops(dev, peak_tflops)
     meter = memory.PeakMemory(dev, memory.rss())
     trainee = Trainee.build(cfg, dev, total_steps=RUN_STEPS)
+    step_flops = flops.step_flops(cfg, trainee.batch_size)
     phases = Phases(budget)
     cfg, auto = resolve_auto_compile(cfg, trainee)
     result = _setting(cfg, trainee, dev, overrides)
     result["optimizer_compile_auto"] = auto
-    result.update(steps=steps, warmup=WARMUP, time_budget_s=float(time_budget))
+    result.update(steps=steps, warmup=WARMUP, time_budget_s=float(time_budget), model_flops_per_step=step_flops,
+                  peak_tflops=peak_tf, peak_source=peak_source)
     result["phase_s"] = phases.seconds
     phases.done("start")
     result.update(correlation_phase(trainee, meter))
@@ -96,15 +114,20 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
     with _failed_check_keeps(result):
         result["checks"] = checks.run_checks(trainee)
     phases.done("checks")
-    held = throughput.from_memory(trainee, WARMUP, steps, budget)
+    held_peak, held = memory.measured(meter, lambda: throughput.from_memory(trainee, WARMUP, steps, budget))
     phases.done("from_memory")
+    result["model_compile"] = model_compile_phase(trainee, meter, (held, held_peak), model_compile or compile,
+                                                  steps, budget, lambda rate: flops.figures(step_flops, rate, peak_tf))
+    phases.done("model_compile")
     configured = int(cfg.data.decode_workers or default_decode_workers())
     peak, (live, checkpoint_bytes) = training_phase(trainee, meter, steps, budget)
     result.update(from_memory_steps_per_s=held.steps_per_s, from_memory_clips_per_s=held.clips_per_s,
                   live_steps_per_s=live.steps_per_s, live_clips_per_s=live.clips_per_s,
                   live_over_memory=live.steps_per_s / held.steps_per_s, live_decode_workers=configured,
                   from_memory_timed_steps=held.steps, live_timed_steps=live.steps, checkpoint_bytes=checkpoint_bytes,
-                  peak_memory_how=meter.how, **peak.figures(""))
+                  peak_memory_how=meter.how, **peak.figures(""),
+                  **_prefixed("from_memory_", flops.figures(step_flops, held.steps_per_s, peak_tf)),
+                  **_prefixed("live_", flops.figures(step_flops, live.steps_per_s, peak_tf)))
     phases.done("live_and_checkpoint")
     gc.collect()
 
@@ -128,6 +151,43 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
     phases.done("compiled_check")
     result["elapsed_s"] = budget.elapsed()
     return result
+
+
+def _prefixed(prefix: str, figures: Dict[str, Any]) -> Dict[str, Any]:
+    return {prefix + k: v for k, v in figures.items()}
+
+
+def model_compile_phase(trainee: Trainee, meter: memory.PeakMemory, configured: Tuple[throughput.Rate, memory.Phase],
+                        mode: str, steps: int, budget: Budget, mfu) -> Dict[str, Any]:
+    """Steps from memory with the model's blocks compiled (`trainer.compile`, models/vit.py `compile_blocks`) and
+    eager: the `configured` measurement (rate, peak memory) and the other one, taken now with the blocks switched
+    and put back after. Compiling for it is allowed as for the optimizer (`--compile`, COMPILE_BUDGET_S); eager
+    needs no permission. `mfu(steps_per_s)`: the rate's FLOP figures."""
+    compiled = compile_wanted(trainee.cfg.trainer.compile, trainee.device)
+    this, other = ("compiled", "eager") if compiled else ("eager", "compiled")
+    rate, phase = configured
+    out: Dict[str, Any] = {"configured": this, "trainer_compile": trainee.cfg.trainer.compile,
+                           "blocks": len(blocks_of(trainee.model))}
+    out[this] = _compile_figures(rate, phase, mfu)
+    why = compile_not_allowed(mode, trainee.device, budget) if not compiled else None
+    if why is None and budget.left() <= 0:
+        why = "time budget spent"
+    if why is not None:
+        out[other] = {"skipped": why}
+        return out
+    compile_blocks(trainee.model, not compiled)
+    try:
+        phase, rate = memory.measured(meter, lambda: throughput.from_memory(trainee, WARMUP, steps, budget))
+    finally:
+        compile_blocks(trainee.model, compiled)
+    out[other] = _compile_figures(rate, phase, mfu)
+    out["compiled_over_eager"] = out["compiled"]["steps_per_s"] / out["eager"]["steps_per_s"]
+    return out
+
+
+def _compile_figures(rate: throughput.Rate, phase: memory.Phase, mfu) -> Dict[str, Any]:
+    return {"steps_per_s": rate.steps_per_s, "timed_steps": rate.steps, "warmup_s": rate.warmup_s,
+            **phase.figures(""), **mfu(rate.steps_per_s)}
 
 
 @contextlib.contextmanager
@@ -173,12 +233,14 @@ def training_phase(trainee: Trainee, meter: memory.PeakMemory, steps: int, budge
 
 
 def main(cfg, *, device: Optional[str] = None, steps: int = 20, json_path: Optional[str] = None,
-         time_budget: float = 480.0, compile: str = "auto", overrides: Sequence[str] = ()) -> int:
+         time_budget: float = 480.0, compile: str = "auto", overrides: Sequence[str] = (),
+         peak_tflops: Optional[float] = None) -> int:
     """`raystream bench`: print the table, write the JSON object. Exit 0, 2 (bad input) or 3 (a check failed)."""
     try:
         if json_path:
             report.check_writable(json_path)
-        result = run(cfg, device=device, steps=steps, time_budget=time_budget, compile=compile, overrides=overrides)
+        result = run(cfg, device=device, steps=steps, time_budget=time_budget, compile=compile, overrides=overrides,
+                     peak_tflops=peak_tflops)
     except (DataError, ValueError, OSError) as exc:  # BenchError and a bad checkpoint (CheckpointError) included
         print(f"raystream bench: {exc}", file=sys.stderr)
         return 2

@@ -29,13 +29,14 @@ class Rate:
     clips_per_s: float
     steps: int  # timed steps
     seconds: float  # the whole measurement, stream start-up and warm-up included
+    warmup_s: float = 0.0  # the untimed steps (a compiled model compiles in the first)
 
 
 def timed_steps(trainee: Trainee, batches: Iterable, warmup: int, steps: int, budget: Budget) -> Rate:
     """`warmup` untimed then up to `steps` timed training steps on `batches`."""
     began = time.perf_counter()
     source = iter(batches)
-    done, t0 = 0, None
+    done, t0, first = 0, None, None
     for i in range(warmup + steps):
         if i == warmup:
             sync(trainee.device)
@@ -44,6 +45,7 @@ def timed_steps(trainee: Trainee, batches: Iterable, warmup: int, steps: int, bu
             batch = next(source)
         except StopIteration:
             raise BenchError(f"the stream ended after {i} batches; {warmup + steps} were needed") from None
+        first = first or time.perf_counter()
         trainee.step(batch)
         if i >= warmup:
             done += 1
@@ -52,7 +54,8 @@ def timed_steps(trainee: Trainee, batches: Iterable, warmup: int, steps: int, bu
     sync(trainee.device)
     seconds = time.perf_counter() - t0
     rate = done / seconds
-    return Rate(rate, rate * trainee.batch_size, done, time.perf_counter() - began)
+    return Rate(rate, rate * trainee.batch_size, done, time.perf_counter() - began,
+                max(0.0, t0 - first))
 
 
 def from_memory(trainee: Trainee, warmup: int, steps: int, budget: Budget) -> Rate:

@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 from raystream.data import DeviceStream, build_stream
 from raystream.data.decode.workers import available_cores
 from raystream.models import build_scenario
+from raystream.models.vit import compile_blocks, compile_wanted
 from raystream.optim import GradCosineTracker, build_optimizer, param_groups
 from raystream.schedule import Schedules
 from raystream.train.step import autocast_for, forward_backward, optimizer_update
@@ -106,6 +107,8 @@ class Trainee:
         scenario = build_scenario(cfg.scenario, cfg.stream, seed=int(cfg.trainer.seed))
         scenario.set_total_steps(total_steps)
         model = scenario.model.to(device)
+        if compile_wanted(cfg.trainer.compile, device):  # trainer.compile, as the worker
+            compile_blocks(model)
         model.train()
         groups = param_groups(model, cfg.optimizer)
         params = [p for group in groups for p in group["params"]]

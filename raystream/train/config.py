@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from raystream.checks import PATH_NAME, Check, is_path_name, one_of
 
@@ -29,6 +29,10 @@ class TrainerConfig:
     # bf16 autocast of the forward pass: null = on GPU only (the default: on most CPUs bf16 is slower than fp32),
     # true = on any device (CPU too), false = never. The optimizer's state stays fp32 either way.
     bf16: Optional[bool] = None
+    # torch.compile of the model's forward and backward, regionally (raystream/models/vit.py `compile_blocks`: every
+    # ViT block compiled in place, one graph for all blocks of a shape, so compiling takes seconds): true, false, or auto
+    # (on CUDA only; a CPU stays eager: compiling there costs about a minute and was not measured faster).
+    compile: Any = "auto"
     find_unused_parameters: bool = False  # DDP flag, for scenarios whose forward skips some parameters
     log_checkpoint_artifact: bool = True  # log the final model.pt to MLflow
     ray_log_level: str = "WARNING"  # Ray Train's own log level (INFO shows every report and checkpoint)
@@ -56,6 +60,7 @@ CHECKS = [
     Check("report_every", lambda v: v >= 1, "an integer >= 1 (steps)"),
     Check("run_name", lambda v: v is None or is_path_name(v), f"null (a generated name) or {PATH_NAME}"),
     one_of("ray_log_level", RAY_LOG_LEVELS),
+    Check("compile", lambda v: v is True or v is False or v == "auto", "true, false or auto (auto: on CUDA only)"),
     Check("correlation_steps", lambda v: v >= 0, "an integer >= 0 (pairs of batches; 0 = no measurement)"),
     Check("collective_timeout_s", lambda v: v >= 1, "an integer >= 1 (seconds)"),
     Check("correlation_micro_batch", lambda v: v is None or v >= 1,

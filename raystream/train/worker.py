@@ -1,6 +1,7 @@
 """What one Ray Train worker trains with: its config (re-typed), rank, world size and device, the scenario and its
-model (under DDP when world > 1), the stream of its shard, the optimizer and its schedules, the drift start. Built
-once per (re)start of the worker by `Worker.build`; the loop (loop.py) trains with it.
+model (its ViT blocks compiled per `trainer.compile`; under DDP when world > 1), the stream of its shard, the
+optimizer and its schedules, the drift start. Built once per (re)start of the worker by `Worker.build`; the loop
+(loop.py) trains with it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from raystream.config import RunConfig
 from raystream.data import DeviceStream, build_stream
 from raystream.models import build_scenario
 from raystream.models.scenario import unwrap
+from raystream.models.vit import compile_blocks, compile_wanted
 from raystream.optim import GradCosineTracker, build_optimizer, param_groups
 from raystream.schedule import Schedules
 from raystream.train.drift import Drift
@@ -92,6 +94,8 @@ class Worker:
         scenario.set_total_steps(total)  # schedules inside the scenario (DoRA's teacher momentum)
         # uint8 until the device, copied ahead of the step (pinned memory and a side stream on CUDA)
         stream = DeviceStream(build_stream(cfg.data, cfg.stream, rank=rank, world_size=world), device)
+        if compile_wanted(tcfg.compile, device):  # trainer.compile: the ViT blocks, in place, before DDP wraps them
+            compile_blocks(scenario.model)
         model = prepare(scenario.model)
         net = unwrap(model)
         groups = param_groups(net, cfg.optimizer)

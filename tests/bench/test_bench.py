@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 
-from raystream.bench import checks, throughput
-from raystream.bench.main import compile_decision, main as bench_main
+from raystream.bench import checks, flops, throughput
+from raystream.bench.main import compile_decision, main as bench_main, model_compile_phase
 from raystream.bench.trainee import Budget
 from raystream.config import compose
 
@@ -36,7 +36,7 @@ _RUN = ("import sys; from raystream.cli import main; rc = main(sys.argv[1:]); "
 def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
     out_json = demo / "out" / "bench.json"
     out = subprocess.run([sys.executable, "-c", _RUN, "bench", *_tiny(demo), "--device", "cpu", "--steps", "3",
-                          "--time-budget", "300", "--json", str(out_json)],
+                          "--time-budget", "300", "--peak-tflops", "0.5", "--json", str(out_json)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert "IMPORTED []" in out.stderr, out.stderr
@@ -49,6 +49,20 @@ def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
     assert r["live_clips_per_s"] == pytest.approx(2 * r["live_steps_per_s"], rel=1e-12)
     assert r["from_memory_steps_per_s"] > 0 and r["live_steps_per_s"] > 0
     assert r["from_memory_timed_steps"] == r["live_timed_steps"] == 3  # the budget did not cut them short
+    # FLOPs: counted once (flops.py), achieved TFLOP/s = FLOPs x steps/s, MFU against the peak passed
+    assert r["model_flops_per_step"] == flops.step_flops(compose(_tiny(demo)), 2) > 0
+    assert r["peak_tflops"] == 0.5 and r["peak_source"] == "--peak-tflops"
+    for feed in ("from_memory", "live"):
+        achieved = r["model_flops_per_step"] * r[f"{feed}_steps_per_s"] / 1e12
+        assert r[f"{feed}_tflops_per_s"] == pytest.approx(achieved, rel=1e-12)
+        assert r[f"{feed}_mfu"] == pytest.approx(achieved / 0.5, rel=1e-12)
+    assert "model FLOPs per step" in out.stdout and "MFU against 0.5 TFLOP/s" in out.stdout
+    # the model eager (trainer.compile=auto on a CPU) from memory; compiled not tried within this budget
+    c = r["model_compile"]
+    assert c["configured"] == "eager" and c["trainer_compile"] == "auto" and c["blocks"] == 2  # encoder, decoder
+    assert c["eager"]["steps_per_s"] == r["from_memory_steps_per_s"] and c["eager"]["peak_memory_bytes"] > 0
+    assert c["eager"]["mfu"] == r["from_memory_mfu"]
+    assert c["compiled"]["skipped"].startswith("time budget 300 s < 600 s") and "compiled_over_eager" not in c
     # decode workers: the counts swept are 1, 2, 4, ... up to the cores; the answer is one of them, or none
     cores = len(os.sched_getaffinity(0))
     swept = [int(w) for w in r["decode_workers_sweep"]]
@@ -111,6 +125,26 @@ def test_an_unwritable_json_path_fails_before_measuring(demo, capsys):
     assert rc == 2
     err = capsys.readouterr().err
     assert f"--json {blocker / 'bench.json'}: cannot write there" in err
+
+
+def test_a_compiled_model_is_measured_against_eager_and_stays_compiled(demo):
+    """trainer.compile=true: the configured (compiled) figures are the from-memory steps', and the eager ones are
+    taken with the blocks switched to eager for it (no compiling needed, whatever --compile says) and compiled
+    again after."""
+    from raystream.bench import memory
+    from raystream.bench.trainee import Trainee
+    from raystream.models.vit import blocks_of
+
+    cfg = compose(_tiny(demo) + ["trainer.compile=true"])
+    trainee = Trainee.build(cfg, torch.device("cpu"), total_steps=10)
+    meter = memory.PeakMemory(torch.device("cpu"), memory.rss())
+    configured = (throughput.Rate(5.0, 10.0, 2, 1.0, 30.0), memory.Phase(1 << 30, 1 << 30))
+    c = model_compile_phase(trainee, meter, configured, "off", 1, Budget(60), lambda rate: {"mfu": rate / 100})
+    assert c["configured"] == "compiled" and c["compiled"]["steps_per_s"] == 5.0 and c["compiled"]["warmup_s"] == 30
+    assert c["compiled"]["peak_memory_gb"] == 1.0 and c["compiled"]["mfu"] == 0.05
+    assert c["eager"]["steps_per_s"] > 0 and c["eager"]["timed_steps"] == 1
+    assert c["compiled_over_eager"] == pytest.approx(5.0 / c["eager"]["steps_per_s"])
+    assert all(b._compiled_call_impl is not None for b in blocks_of(trainee.model))  # compiled again
 
 
 def test_the_sweep_counts_double_up_to_the_cores():

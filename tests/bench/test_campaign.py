@@ -30,6 +30,11 @@ def test_campaign_dry_run_measures_every_phase_of_every_preset(tmp_path):
         b, e, t = p["bench"], p["estimate"], p["train"]
         assert b["batch_size"] == 2 and b["from_memory_steps_per_s"] > 0 and b["live_steps_per_s"] > 0, name
         assert {"adamw_foreach", "adamw_fused"} <= set(b["optimizer_step_ms"]), name
+        # FLOPs counted, MFU unknown on a CPU without --peak-tflops; the model eager, not compiled in a dry run
+        assert b["model_flops_per_step"] > 0 and b["from_memory_tflops_per_s"] > 0, name
+        assert b["peak_tflops"] is None and b["from_memory_mfu"] is None and b["live_mfu"] is None, name
+        assert b["model_compile"]["eager"]["steps_per_s"] == b["from_memory_steps_per_s"], name
+        assert b["model_compile"]["compiled"] == {"skipped": "--compile off"}, name
         assert b["checks"]["bf16_step"].startswith("passed"), name
         assert e["batch"] == 2 and e["tensors_bytes"] > 0, name
         # the worker's two steps: one window read back, finite losses, a checkpoint copied and written
@@ -44,7 +49,14 @@ def test_campaign_dry_run_measures_every_phase_of_every_preset(tmp_path):
     assert r["eval"]["vit_s16_images_per_s"] > 0 and r["eval"]["vit_b16_clips_per_s"] > 0
     table = (tmp_path / "out" / "campaign.md").read_text()
     assert all(f"| {name} | 2 |" in table for name in PRESETS), table
+    assert "MFU against no bf16 peak is known for a CPU" in table and "(MFU ?)" in table
+    assert all(f"| {name} | adamw_fused | " in table for name in PRESETS), table  # the optimizer table
     assert table in out.stdout
+
+
+def test_the_largest_model_comes_first():
+    """A device call whose budget ends early skips the last preset: ViT-L, never measured with MFU, is first."""
+    assert list(PRESETS)[0] == "future_prediction_vit_l"
 
 
 def test_an_unknown_preset_is_named_before_anything_runs(tmp_path, capsys):

@@ -2,14 +2,17 @@
 projection) within 1.8x of torch.optim.AdamW(fused=True) on CPU; on GPU within 1.3x of AdamW(foreach=True) and 2x
 of AdamW(fused=True) on ViT-B/16; exactly one extra state buffer per parameter.
 
-    python benchmarks/optimizer_step.py [--models vit_s16 vit_b16] [--steps 8] [--device cpu|cuda]
+    python benchmarks/optimizer_step.py [--models vit_s16 vit_b16 vit_l16] [--steps 8] [--device cpu|cuda]
+                                        [--optimizers SUBSTRING ...]
 
 Imports torch and raystream.optim only (no Ray, MLflow or Hydra), so it runs as is on a bare GPU machine.
-Rows: torch AdamW foreach=True and fused=True (the baselines); OrthogonalAdamW as built by default (the projection
-as a few whole-model ops on a flat [g; c] buffer, then torch's fused AdamW kernel on u_t) with the global and the
-per-tensor projection, and with diagnostics on (as the training loop builds it); OrthogonalAdamW as a run builds it
-by default (`optimizer.compile: auto`: the compiled step from `compile_min_params` trainable parameters on a CPU,
-which the ViT-S/16 and ViT-B/16 sets are, the row above otherwise); OrthogonalAdamW(compile=True) (the
+Rows: torch AdamW foreach=True and fused=True (the baselines); OrthogonalAdamW's multi-tensor step (triton=False: the
+projection as a few whole-model ops on a flat [g; c] buffer, then torch's fused AdamW kernel on u_t) with the global
+and the per-tensor projection, and with diagnostics on (as the training loop builds it); OrthogonalAdamW's fused
+Triton step (triton=True: two passes over memory, raystream/optim/triton_step.py; the default on CUDA; listed as not
+timed where Triton does not run, e.g. on a CPU); OrthogonalAdamW as a run builds it by default (`optimizer.compile:
+auto`: on a CPU the compiled step from `compile_min_params` trainable parameters, which the ViT sets are; on CUDA
+the fused Triton step); OrthogonalAdamW(compile=True) (the
 whole step fused by torch.compile, global and per-tensor; compiled during the warm-up steps, which takes a minute
 or two per model on a CPU the first time); OrthogonalAdamW(fused=False) (torch._foreach_ AdamW ops);
 Orthogonal(AdamW(foreach=True)) (the generic wrapper).
@@ -33,13 +36,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from raystream.optim import Orthogonal, OrthogonalAdamW, build_optimizer  # noqa: E402
 from raystream.optim.factory import OptimizerConfig  # noqa: E402
+from raystream.optim.triton_step import why_not  # noqa: E402
 
 MiB = 2 ** 20
 
@@ -55,13 +59,23 @@ def vit_shapes(dim: int, depth: int, mlp: int, patch: int = 16, tokens: int = 19
 
 MODELS = {"vit_s16": ("ViT-S/16", vit_shapes(384, 12, 1536)), "vit_b16": ("ViT-B/16", vit_shapes(768, 12, 3072))}
 
+MODELS["vit_l16"] = ("ViT-L/16", vit_shapes(1024, 24, 4096))  # 304M: for a GPU (every optimizer's state at once)
+MODELS["vit_tiny"] = ("ViT-tiny", vit_shapes(64, 2, 128, classes=10))  # 0.14M: a dry run (the tests)
+
 OPTIMIZERS: Dict[str, Callable] = {
     "AdamW foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.05, foreach=True),
     "AdamW fused": lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.05, fused=True),
-    "OrthogonalAdamW global": lambda ps: OrthogonalAdamW(ps, lr=1e-3, weight_decay=0.05, projection="global"),
+    "OrthogonalAdamW global": lambda ps: OrthogonalAdamW(ps, lr=1e-3, weight_decay=0.05, projection="global",
+                                                         triton=False),
     "OrthogonalAdamW per_tensor": lambda ps: OrthogonalAdamW(ps, lr=1e-3, weight_decay=0.05,
-                                                             projection="per_tensor"),
-    "OrthogonalAdamW diagnostics": lambda ps: OrthogonalAdamW(ps, lr=1e-3, weight_decay=0.05, diagnostics=True),
+                                                             projection="per_tensor", triton=False),
+    "OrthogonalAdamW diagnostics": lambda ps: OrthogonalAdamW(ps, lr=1e-3, weight_decay=0.05, diagnostics=True,
+                                                              triton=False),
+    "OrthogonalAdamW Triton global": lambda ps: OrthogonalAdamW(ps, lr=1e-3, weight_decay=0.05, triton=True),
+    "OrthogonalAdamW Triton per_tensor": lambda ps: OrthogonalAdamW(ps, lr=1e-3, weight_decay=0.05,
+                                                                    projection="per_tensor", triton=True),
+    "OrthogonalAdamW Triton diagnostics": lambda ps: OrthogonalAdamW(ps, lr=1e-3, weight_decay=0.05,
+                                                                     diagnostics=True, triton=True),
     "OrthogonalAdamW default (auto)": lambda ps: build_optimizer(ps, OptimizerConfig(lr=1e-3, weight_decay=0.05)),
     "OrthogonalAdamW compiled": lambda ps: OrthogonalAdamW(ps, lr=1e-3, weight_decay=0.05, compile=True),
     "OrthogonalAdamW compiled per_tensor": lambda ps: OrthogonalAdamW(ps, lr=1e-3, weight_decay=0.05,
@@ -165,12 +179,24 @@ def _held_in_this_process(key: str, label: str, device: torch.device) -> int:
     return peak.stop()
 
 
-def bench_model(key: str, device: torch.device, steps: int, warmup: int, memory: bool = True) -> List[dict]:
+def runs_here(label: str, params: List[torch.Tensor]) -> Optional[str]:
+    """None when the row can be timed on these parameters, else why not (the Triton rows where Triton does not
+    run)."""
+    if "Triton" not in label:
+        return None
+    return why_not(params, "per_tensor" if "per_tensor" in label else "global")
+
+
+def bench_model(key: str, device: torch.device, steps: int, warmup: int, memory: bool = True,
+                labels: Optional[List[str]] = None) -> Tuple[List[dict], Dict[str, str]]:
+    """(one row per timed optimizer of `labels` (default: all), {label: why not timed})."""
     name = MODELS[key][0]
     params = make_params(key, device)
     n = sum(p.numel() for p in params)
     param_bytes = sum(p.numel() * p.element_size() for p in params)
-    opts = {label: make(params) for label, make in OPTIMIZERS.items()}
+    labels = list(OPTIMIZERS) if labels is None else labels
+    skipped = {label: why for label in labels if (why := runs_here(label, params)) is not None}
+    opts = {label: OPTIMIZERS[label](params) for label in labels if label not in skipped}
     times: Dict[str, List[float]] = {label: [] for label in opts}
     # CPU: process CPU time (user + system, page faults included), robust to other processes sharing the cores;
     # CUDA: wall time between synchronisations.
@@ -187,17 +213,21 @@ def bench_model(key: str, device: torch.device, steps: int, warmup: int, memory:
     rows = []
     for label, opt in opts.items():
         rows.append(dict(model=name, params=n, optimizer=label, ms=1e3 * statistics.median(times[label]),
-                         peak=2 * param_bytes + held[label], buffers=state_buffers(opt, params)))
-    return rows
+                         peak=2 * param_bytes + held[label], buffers=state_buffers(opt, params),
+                         ran=opt.fused_step.summary() if getattr(opt, "fused_step", None) and opt.fused_step.steps
+                         else ""))
+    return rows, skipped
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--models", nargs="+", default=["vit_s16", "vit_b16"], choices=list(MODELS))
     ap.add_argument("--steps", type=int, default=8, help="measured steps per optimizer")
     ap.add_argument("--warmup", type=int, default=3,
                     help="unmeasured steps per optimizer (at least 2: the compiled rows compile in the second)")
     ap.add_argument("--no-memory", action="store_true", help="time the steps only (no child process per optimizer)")
+    ap.add_argument("--optimizers", nargs="+", metavar="SUBSTRING",
+                    help="time only the rows whose label contains one of these (the AdamW baselines always)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=1,
                     help="CPU threads (default 1: CPU time of one thread is what is timed; 0 keeps torch's default)")
@@ -216,14 +246,18 @@ def main(argv=None) -> int:
               f"{'peak MiB':>9} {'x foreach':>9} {'x fused':>8} {'extra bufs/param':>16}")
     print(header)
     print("-" * len(header))
+    labels = [label for label in OPTIMIZERS if args.optimizers is None or label.startswith("AdamW ")
+              or any(s in label for s in args.optimizers)]
     for key in args.models:
-        rows = bench_model(key, device, args.steps, args.warmup, memory=not args.no_memory)
+        rows, skipped = bench_model(key, device, args.steps, args.warmup, memory=not args.no_memory, labels=labels)
         base = {r["optimizer"]: r for r in rows}
         fe, fu = base["AdamW foreach"], base["AdamW fused"]
         for r in rows:
             print(f"{r['model']:<9} {r['optimizer']:<35} {r['ms']:8.1f} {r['ms'] / fe['ms']:9.2f} "
                   f"{r['ms'] / fu['ms']:8.2f} {r['peak'] / MiB:9.0f} {r['peak'] / fe['peak']:9.2f} "
-                  f"{r['peak'] / fu['peak']:8.2f} {r['buffers'] - fe['buffers']:16d}")
+                  f"{r['peak'] / fu['peak']:8.2f} {r['buffers'] - fe['buffers']:16d}  {r['ran']}")
+        for label, why in skipped.items():
+            print(f"{MODELS[key][0]:<9} {label:<35} not timed: {why}")
         print(f"{'':9} ({rows[0]['params'] / 1e6:.1f}M parameters in {len(MODELS[key][1])} tensors)")
     return 0
 

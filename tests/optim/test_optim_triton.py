@@ -220,3 +220,32 @@ def test_a_layout_it_cannot_take_falls_back_to_the_eager_step_once_said(capfd):
     with pytest.raises(KernelBuildError, match="contiguous"):
         opt.step()
     assert all(torch.equal(a, b) for a, b in zip(strict, before)) and opt.state[strict[0]]["step"].item() == 0
+
+
+def _benchmark_script():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        import optimizer_step
+    finally:
+        sys.path.pop(0)
+    return optimizer_step
+
+
+@needs_triton
+def test_benchmark_script_times_the_fused_rows_where_triton_runs():
+    """benchmarks/optimizer_step.py (what a GPU machine runs, on CUDA) times the Triton rows beside the multi-tensor
+    step and torch's AdamW, through the same timing code as on CUDA; where Triton does not run (a CPU outside the
+    interpreter) it lists them as not timed, saying why."""
+    bench = _benchmark_script()
+    labels = ["AdamW foreach", "AdamW fused", "OrthogonalAdamW global", "OrthogonalAdamW Triton global",
+              "OrthogonalAdamW Triton per_tensor"]
+    rows, skipped = bench.bench_model("vit_tiny", torch.device("cpu"), steps=1, warmup=2, memory=False,
+                                      labels=labels)
+    timed = {r["optimizer"]: r for r in rows}
+    if interpreting():
+        assert set(timed) == set(labels) and not skipped
+        assert timed["OrthogonalAdamW Triton global"]["ran"] == "ran fused (Triton, 3 steps)"
+        assert timed["OrthogonalAdamW global"]["ran"] == ""
+    else:
+        assert set(timed) == set(labels[:3])
+        assert set(skipped) == set(labels[3:]) and "Triton runs the fused step on CUDA" in skipped[labels[3]]

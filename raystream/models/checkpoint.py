@@ -5,7 +5,9 @@
 - a `.safetensors` file (read with safetensors) or any other file (`torch.load(weights_only=True)`: tensors and
   plain containers only, never arbitrary pickled objects);
 - a directory: a Ray checkpoint holding `model.pt` / `model.safetensors` (what the train loop saves), or a run
-  directory holding such checkpoints (the latest `checkpoint_*` is used). A `run:` prefix is accepted and ignored.
+  directory holding such checkpoints (the latest `checkpoint_*` is used). A `run:` prefix is accepted and ignored;
+- an MLflow model URI (`models:/<model_id>`, `models:/<name>@<alias>`, `models:/<name>/<version>`):
+  raystream.tracking.registry fetches it into the node's cache (the only place this module reaches a server).
 
 The state dict may be the whole scenario model (restored exactly) or just a backbone: keys `encoder.*` of a
 scenario checkpoint, or a published ViT in its authors' layout (DINO/DoRA, timm, transformers, official VideoMAE;
@@ -13,7 +15,7 @@ translated by published.py). `module.` (DDP) and `_orig_mod.` (torch.compile) pr
 `{"model": state_dict}` / `{"state_dict": ...}` wrappers are unwrapped; of a DINO/DoRA training checkpoint
 (`{"student": ..., "teacher": ..., "args": Namespace, ...}`) the network `scenario.backbone.init_from` names is taken
 (the teacher by default, as DINO evaluates it). Only tensors, plain containers and argparse.Namespace (DINO's and
-VideoMAE's `args`) are unpickled. Anything else fails with a CheckpointError naming the file and what was expected.
+VideoMAE's `args`) are unpickled; a raystream model MLflow holds (`models/saved.py`) is read as its state dict. Anything else fails with a CheckpointError naming the file and what was expected.
 
 `initialise` says in one line what it did (`Loaded.line`: the file, its layout, what was mapped, dropped, inflated);
 on a model built on the meta device it checks and says, and loads nothing (the driver's check before Ray starts).
@@ -41,12 +43,33 @@ _WRAPPERS = ("model", "state_dict", "model_state_dict", "module")
 _PREFIXES = ("module.", "_orig_mod.")
 
 
+SAVED_MODEL_GLOBAL = "raystream.models.saved.rebuild"  # how models/saved.py's file names its builder
+
+
+def _saved_state(config, state):
+    """`rebuild(config, state)` of a saved model (models/saved.py), read as its state dict: nothing is built."""
+    return state
+
+
 class CheckpointError(ValueError):
     """A checkpoint cannot be found, read or applied; the message names the file."""
 
 
+def is_model_uri(init: Union[str, Path, None]) -> bool:
+    """`init` is an MLflow model URI (`models:/...`), resolved through MLflow, not a path."""
+    return str(init).startswith("models:/")
+
+
 def resolve_checkpoint(init: Union[str, Path]) -> Path:
-    """The state-dict file that `init` (a file, a checkpoint directory or a run directory) names."""
+    """The state-dict file that `init` (a file, a checkpoint directory, a run directory or a `models:/` URI)
+    names."""
+    if is_model_uri(init):
+        from raystream.tracking.registry import ModelUriError, resolve  # lazy: MLflow, only for a models:/ URI
+
+        try:
+            return resolve(str(init))
+        except ModelUriError as exc:
+            raise CheckpointError(str(exc)) from None
     path = Path(str(init).removeprefix("run:")).expanduser()
     if not path.exists():
         raise CheckpointError(f"scenario.backbone.init = {str(init)!r}: no such file or directory")
@@ -99,7 +122,8 @@ def read_state_dict(path: Union[str, Path], init_from: str = "teacher") -> Tuple
         if path.suffix == ".safetensors":
             obj = load_file(str(path), device="cpu")
         else:
-            with torch.serialization.safe_globals([argparse.Namespace]):  # DINO's / VideoMAE's saved `args`
+            # DINO's / VideoMAE's saved `args`; a raystream model in MLflow's flavour, read as its state dict
+            with torch.serialization.safe_globals([argparse.Namespace, (_saved_state, SAVED_MODEL_GLOBAL)]):
                 obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except Exception as exc:  # corrupt file, truncated zip, a pickled object weights_only refuses, ...
         raise CheckpointError(f"cannot read checkpoint {path}: {_reason(exc)}. Expected a state dict saved with "

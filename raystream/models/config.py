@@ -14,7 +14,8 @@ class BackboneConfig:
 
     `init`: `random` (seeded by `seed` and the run seed), a local `.pt`/`.safetensors` state dict (raystream's, or a
     published one: DINO/DoRA, timm, transformers ViT, official VideoMAE), or a raystream checkpoint / run directory
-    (its `model.pt`); see raystream/models/checkpoint.py and published.py. `init_from`: which network of a DINO/DoRA
+    (its `model.pt`), or an MLflow model (`models:/<model_id>`, `models:/<name>@<alias>`: a raystream model MLflow
+    holds, fetched into the node's cache); see raystream/models/checkpoint.py and published.py. `init_from`: which network of a DINO/DoRA
     training checkpoint (`teacher`, DINO's evaluation default, or `student`).
     `pos_embed` (video backbones): `sinusoid` (VideoMAE) or `learned` (an image checkpoint's [CLS] and 2-D positions,
     shared by the time slices). `qkv_bias`: `qkv` (timm/DINO) or `qv` (VideoMAE's q and v biases, no k bias).
@@ -113,7 +114,7 @@ CHECKS = [
       for key in ("patch_size", "embed_dim", "depth", "num_heads")],
     Check("backbone.tubelet_size", lambda v: v >= 1, "an integer >= 1 (frames per tubelet)"),
     Check("backbone.in_chans", lambda v: v >= 1, "an integer >= 1 (colour channels)"),
-    Check("backbone.init", lambda v: bool(v), "random, a .pt/.safetensors file or a checkpoint dir"),
+    Check("backbone.init", lambda v: bool(v), "random, a .pt/.safetensors file, a checkpoint dir or a models:/ URI"),
     one_of("backbone.init_from", INIT_FROM),
     one_of("backbone.pos_embed", POS_EMBEDS),
     one_of("backbone.qkv_bias", QKV_BIASES),

@@ -15,6 +15,11 @@ One JSON object a line, each one MLflow write (`run`: the MLflow run id it goes 
     {"kind": "end_children", "run", "cause", "trials"}   the run's RUNNING child runs, and those of the sweep's
                                                          `trials` (ids), end KILLED with `cause` as their error
     {"kind": "record", "path"}                           another run's record (a sweep's trials): mirrored first
+    {"kind": "input", "run", "context", "dataset": {name, digest, source_type, source, schema, profile}}
+                                                         a dataset input of the run (tracking/inputs.py)
+    {"kind": "model", "run", "name", "step", "checkpoint", "config", "metrics", "register"}
+                                                         a checkpoint as a LoggedModel of the run, its metrics linked,
+                                                         registered as register {name, alias} (tracking/logged_model.py)
     {"kind": "end", "run", "status", "end_time"}         the run ends so (end_time: epoch ms, or null: now)
 Beside it, `events.jsonl.mirrored` holds how far (in bytes) the mirror got.
 
@@ -87,6 +92,18 @@ def experiment_tag(experiment: str, key: str, value: str) -> Dict[str, Any]:
 
 def end_children(run: str, cause: str, trials: List[str]) -> Dict[str, Any]:
     return {"kind": "end_children", "run": run, "cause": cause, "trials": list(trials)}
+
+
+def dataset_input(run: str, context: str, dataset: Dict[str, Any]) -> Dict[str, Any]:
+    return {"kind": "input", "run": run, "context": context, "dataset": dict(dataset)}
+
+
+def model(run: str, name: str, step: int, checkpoint: str, config: Dict[str, Any], metrics: List[Dict[str, Any]],
+          register: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Checkpoint directory `checkpoint` (path or URI) as LoggedModel `name` of `run` at `step`; `config`: the run's
+    resolved config (what rebuilds the model); `metrics`: [{key, value, step, timestamp}] linked to it."""
+    return {"kind": "model", "run": run, "name": name, "step": int(step), "checkpoint": checkpoint,
+            "config": config, "metrics": list(metrics), "register": register}
 
 
 def record(path: str) -> Dict[str, Any]:

@@ -4,7 +4,8 @@ background writer (`StepLogger`), the driver at a run's end, a sweep's end, a re
 `raystream tracking upload FILE`.
 
 Idempotent: a metric value at or below the step MLflow holds for its (run, key) is skipped, and tags, artifacts and
-ends are set again, so a replay cut short (or run twice) records each step exactly once. A store that does not
+ends are set again, so a replay cut short (or run twice) records each step exactly once; a dataset input or a
+LoggedModel MLflow already holds for the run is not written again (`inputs.log`, `logged_model.log`). A store that does not
 answer raises out of `run` with the mark at the last event written; the next call goes on from there.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from raystream.tracking import events as ev
-from raystream.tracking import names
+from raystream.tracking import inputs, logged_model, names
 from raystream.tracking.plots import grad_cosine_plots, history
 from raystream.tracking.store import client as make_client
 from raystream.tracking.store import end_child_runs, failing_fast, retry
@@ -129,6 +130,10 @@ class Mirror:
         elif kind == "experiment_tag":
             self._retry(lambda: client.set_experiment_tag(event["experiment"], event["key"], event["value"]),
                         "tag experiment")
+        elif kind == "input":
+            inputs.log(client, run, event["context"], event["dataset"], self._retry)
+        elif kind == "model":
+            logged_model.log(client, event, self._retry)
         elif kind == "end_children":
             end_child_runs(client, run, event["cause"], event["trials"], attempts=self.attempts)
         elif kind == "untag":  # a tag of an earlier attempt (its error) that the run no longer carries

@@ -46,7 +46,7 @@ import ray.train
 
 from raystream import diskspace
 from raystream.eval.shard import Shard
-from raystream.tracking import StepLogger, names
+from raystream.tracking import StepLogger, names, registry
 from raystream.train import checkpoint, divergence, persist
 from raystream.train.correlation import figures, measure_model, not_measured, per_worker_batch
 from raystream.train.evaluator import Evaluator, rng_kept
@@ -299,6 +299,7 @@ def train_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     diverged; None on the other ranks.
     """
     began = time.perf_counter()
+    registry.use(config["run"].get("tracking_uri"))  # a `models:/` start is fetched from the run's tracking server
     w = Worker.build(config)
     state = restore(w)
     if state.next_step >= w.total:

@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from raystream.config import ConfigError
 from raystream.data import DataError, build_stream
 from raystream.data.videos.listing import resolve_videos
-from raystream.models.checkpoint import CheckpointError
+from raystream.models.checkpoint import CheckpointError, is_model_uri
 from raystream.models.scenario import Scenario, check_init
 from raystream.uris import is_uri
 
@@ -109,7 +109,11 @@ def check_backbone_init(cfg, say: bool = True) -> Optional[str]:
     CheckpointError becomes a ConfigError."""
     if str(cfg.scenario.backbone.init) in ("", "random"):
         return None
+    if is_model_uri(cfg.scenario.backbone.init):  # fetched from the run's own tracking server
+        from raystream.tracking import registry  # lazy: MLflow
+        from raystream.tracking.store import tracking_uri  # lazy: as above
 
+        registry.use(tracking_uri(cfg))
     try:
         line = check_init(cfg.scenario, cfg.stream, int(cfg.trainer.seed))
     except CheckpointError as exc:
@@ -179,10 +183,13 @@ def total_steps(cfg) -> int:
     return stream_plan(cfg)[0]
 
 
-def stream_plan(cfg) -> Tuple[int, List[Tuple[str, str]]]:
-    """(`total_steps(cfg)`, the (video, reason) pairs `data.on_bad_video=skip` leaves out)."""
+def stream_plan(cfg, videos: Optional[list] = None) -> Tuple[int, List[Tuple[str, str]]]:
+    """(`total_steps(cfg)`, the (video, reason) pairs `data.on_bad_video=skip` leaves out); the stream's probed
+    videos (`VideoInfo`: what the run's MLflow dataset input digests) are appended to `videos` when given."""
     stream = build_stream(cfg.data, cfg.stream, rank=0, world_size=int(cfg.trainer.num_workers))
     try:
+        if videos is not None:
+            videos.extend(stream.videos)
         available = int(stream.num_steps)
         skipped = [(str(path), str(reason)) for path, reason in getattr(stream, "skipped", [])]
     finally:

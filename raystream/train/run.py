@@ -6,13 +6,16 @@
     its newest complete checkpoint);
  5. Ray Train's `TorchTrainer` runs `train.loop` on every worker: rank 0 appends each step to `<run dir>/events.jsonl`
     (mirrored into MLflow), checkpoints go to `<run dir>` (`train.checkpoint`);
- 6. `fit` appends the run's end (config, plots, model, status) to the record, mirrors it, prunes old checkpoints.
+ 6. `fit` appends the run's end (config, plots, the checkpoints as MLflow LoggedModels, status) to the record,
+    mirrors it, prunes old checkpoints. The run's videos (training, held-out, probe set) are MLflow dataset inputs,
+    recorded before the workers start (tracking/inputs.py).
 A run ends FINISHED, FAILED (`raystream.error` says why; a divergence is never retried) or KILLED (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import shlex
 import sys
@@ -27,7 +30,8 @@ from ray.train.torch import TorchTrainer
 
 from raystream import diskspace
 from raystream.config import check, flatten
-from raystream.tracking import events, names
+from raystream.models.checkpoint import is_model_uri
+from raystream.tracking import events, inputs, logged_model, names
 from raystream.tracking.mirror import DRAIN_S, catch_up, drain, mirror_now
 from raystream.tracking.store import client as mlflow_client_for
 from raystream.tracking.store import end_run, failing_fast, retry, start_run, tracking_uri
@@ -37,11 +41,12 @@ from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
 from raystream.train.divergence import DivergedError, raise_if_diverged
 from raystream.train.loop import train_loop_per_worker
-from raystream.train.preflight import check_backbone_init, check_local_cpus, check_resources, stream_plan
+from raystream.train.preflight import (check_backbone_init, check_local_cpus, check_resources, scenario_needs,
+                                       stream_plan)
 from raystream.train.ray_start import start_ray
 from raystream.train.torch_backend import torch_config
 from raystream.tune.lock import RunLock
-from raystream.uris import first_line
+from raystream.uris import filesystem_at, first_line, read_bytes
 
 RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume, the config
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
@@ -92,19 +97,30 @@ def _log_params(client, run_id: str, params: Dict[str, Any]) -> None:
         retry(lambda: client.log_batch(run_id, params=chunk), "log params")
 
 
-def run_end(cfg, run_id: str, checkpoint_uri: Optional[str], log_model: bool) -> List[Dict[str, Any]]:
+def run_end(cfg, run_id: str, checkpoint_uri: Optional[str], log_model: bool, *, record: Optional[str] = None,
+            kept: Sequence[str] = (), register: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
     """The events the driver appends to the run's record once training has finished (`raystream.tracking.events`):
     the `finished` status tag, config.yaml, the gradient-cosine plots from the run's full history, the final
-    checkpoint's model (only `model.pt` and `meta.json`, not the optimizer state), no `raystream.error` (an earlier
+    checkpoint as an MLflow LoggedModel of the run (`log_model` or `register`; its weights, not the optimizer state)
+    with the evaluation metrics of its step linked, and each `kept` checkpoint an evaluation was made at (`log_model`)
+    likewise, read from the run's `record`; registered as `register` {name, alias}; no `raystream.error` (an earlier
     attempt's: the record keeps it), FINISHED."""
     end = [events.tag(run_id, names.TAG_STATUS, "finished"), events.untag(run_id, names.TAG_ERROR),
            events.artifact(run_id, names.ARTIFACT_CONFIG, OmegaConf.to_yaml(cfg, resolve=True)),
            events.plots(run_id, f"{cfg.trainer.run_name} ({cfg.optimizer.name}, {cfg.stream.order})")]
-    if log_model and checkpoint_uri:
-        end.append(events.files(run_id, names.ARTIFACT_CHECKPOINT_DIR,
-                                [f"{checkpoint_uri.rstrip('/')}/{ckpt_files.MODEL_FILE}",
-                                 f"{checkpoint_uri.rstrip('/')}/{ckpt_files.META_FILE}"]))
+    if (log_model or register) and checkpoint_uri and record:
+        final = checkpoint_uri.rstrip("/")
+        others = [k.rstrip("/") for k in kept if k.rstrip("/") != final] if log_model else []
+        end.extend(logged_model.model_events(
+            run_id, str(cfg.trainer.run_name), OmegaConf.to_container(cfg, resolve=True), record,
+            [(c, _last_step(c), c == final) for c in [*others, final]], register))
     return [*end, events.end(run_id, "FINISHED")]
+
+
+def _last_step(checkpoint_uri: str) -> int:
+    """The last step a checkpoint directory's weights were trained on (its meta.json's next_step - 1)."""
+    fs, path = filesystem_at(checkpoint_uri)
+    return int(json.loads(read_bytes(fs, f"{path}/{ckpt_files.META_FILE}").decode())["next_step"]) - 1
 
 
 def finish_run(uri: str, run_id: str, where: str, end: List[Dict[str, Any]]) -> None:
@@ -135,7 +151,8 @@ def collective_config(cfg: DictConfig):
 
 def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[Sequence[Any]] = None,
         mlflow_parent_run_id: Optional[str] = None, mlflow_tags: Optional[Dict[str, str]] = None,
-        init_checked: Optional[str] = None, step_hooks: Optional[Any] = None) -> Dict[str, Any]:
+        init_checked: Optional[str] = None, step_hooks: Optional[Any] = None,
+        register: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """Train one run to the end (or resume it) and return its final metrics.
 
     `run_name` (else `trainer.run_name`, else generated) names the Ray Train run directory
@@ -144,6 +161,8 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     `init_checked`: the line `check_backbone_init` gave for this config earlier (a sweep checks each distinct
     model's start checkpoint once, before Ray starts); None reads and checks it here.
     `step_hooks`: faults a test injects from outside the step (`raystream.train.faults.Faults`), or None.
+    `register`: {name, alias}: the final checkpoint becomes a version of that registered MLflow model, with the alias
+    (`raystream pretrain-start`), whatever `trainer.log_checkpoint_artifact` says.
     Returned keys: `loss` (mean over the last report window), `eval/*` (final evaluation and in-stream averages),
     `step`, `steps_done`, `start_step` (step the last attempt started at: > 0 after a restart or resume),
     `mlflow_run_id`, `run_name`, `run_dir`, `checkpoint_path`.
@@ -162,13 +181,14 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     # does not fit the model (checked once per model in a sweep), too few local CPUs, unusable videos.
     init_line = init_checked if init_checked is not None else check_backbone_init(cfg)
     check_local_cpus(cfg.trainer)
-    plan = stream_plan(cfg)
+    videos: List[Any] = []  # the stream's probed videos: the run's training dataset input
+    plan = stream_plan(cfg, videos)
     # One writer per run: a second `raystream train` of it refuses here (RunLocked, exit 2), before Ray starts; a
     # sweep's trial (a parent run) runs under its sweep's lock.
     lock = RunLock(run_dir, name).acquire() if mlflow_parent_run_id is None else None
     try:
         return _fit(cfg, name, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags, init_line, plan,
-                    step_hooks)
+                    step_hooks, videos, register)
     finally:
         if lock is not None:
             lock.release()
@@ -178,9 +198,10 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
 
 
 def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_run_id, mlflow_tags,
-         init_line, plan, step_hooks=None) -> Dict[str, Any]:
+         init_line, plan, step_hooks=None, videos: Sequence[Any] = (),
+         register: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """`fit`'s work, under the run's lock, once its inputs are checked (`plan`: stream_plan's steps and skipped
-    videos): Ray, the MLflow run, the workers, the end."""
+    videos; `videos`: the stream's probed videos): Ray, the MLflow run, the workers, the end."""
     record = events.path_in(run_dir.uri)  # the run's record: what it writes to MLflow, mirrored from there
     catch_up(record, "an earlier attempt of this run")  # first: what a killed attempt left (kill -9) into MLflow
     start_ray()  # RAY_ADDRESS when set, else a local cluster on the loopback interface
@@ -191,7 +212,8 @@ def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_
     run_id = _open_mlflow_run(cfg, name, run_dir, info, uri, mlflow_parent_run_id, mlflow_tags, init_line)
     with _closed_on_failure(record, uri, run_id, name) as received:  # KILLED / FAILED, whatever stops it
         _record_start(cfg, name, run_dir, info, uri, run_id, resume, skipped_videos=plan[1])
-        trainer = _trainer(cfg, name, storage, run_dir, callbacks,
+        _record_inputs(cfg, record, uri, run_id, videos)
+        trainer = _trainer(_pinned_init(cfg, uri), name, storage, run_dir, callbacks,
                            run={"run_name": name, "total_steps": plan[0], "tracking_uri": uri, "mlflow_run_id": run_id,
                                 "resume_from": Checkpoint(resume[0], filesystem=run_dir.filesystem)
                                 if resume is not None else None,
@@ -202,7 +224,7 @@ def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_
                                 "measure_correlation": int(cfg.trainer.correlation_steps) > 0 and not info})
         result = trainer.fit()
         signals.raise_if_signalled(received)  # SIGTERM: Ray Train aborted the run gracefully
-        return _finish(cfg, name, storage, run_dir, uri, run_id, record, result)
+        return _finish(cfg, name, storage, run_dir, uri, run_id, record, result, register)
 
 
 def _open_mlflow_run(cfg: DictConfig, name: str, run_dir, info: Dict[str, Any], uri: str,
@@ -232,6 +254,28 @@ def _record_start(cfg: DictConfig, name: str, run_dir, info: Dict[str, Any], uri
         _log_skipped_videos(client, run_id, skipped_videos)
 
 
+def _record_inputs(cfg: DictConfig, record: str, uri: str, run_id: str, videos: Sequence[Any]) -> None:
+    """The run's videos as MLflow dataset inputs (tracking/inputs.py), appended to its record and written at once
+    while the store answers (else rank 0's writer or the end writes them)."""
+    out = events.Record(record)
+    out.append([events.opened(run_id, uri),
+                *inputs.input_events(cfg, run_id, videos, scenario_needs(str(cfg.scenario.name)))])
+    out.close()
+    catch_up(record, "this run's start")
+
+
+def _pinned_init(cfg: DictConfig, uri: str) -> DictConfig:
+    """The config the workers get: a `models:/<name>@<alias>` (or version) start pinned to the model id it names
+    now, so an alias moved while the run trains does not change the start of a restarted worker."""
+    if not is_model_uri(cfg.scenario.backbone.init):
+        return cfg
+    from raystream.tracking import registry  # lazy: only for a models:/ start
+
+    pinned = copy.deepcopy(cfg)
+    pinned.scenario.backbone.init = registry.pinned(str(cfg.scenario.backbone.init), uri)
+    return pinned
+
+
 def _trainer(cfg: DictConfig, name: str, storage, run_dir, callbacks, run: Dict[str, Any]) -> TorchTrainer:
     """Ray Train's TorchTrainer of the run: `trainer.*` as its scaling, failure and checkpoint configs; `run`: what
     the driver decided for the workers (train_loop_per_worker's `config["run"]`)."""
@@ -253,7 +297,7 @@ def _trainer(cfg: DictConfig, name: str, storage, run_dir, callbacks, run: Dict[
 
 
 def _finish(cfg: DictConfig, name: str, storage, run_dir, uri: str, run_id: str, record: str,
-            result) -> Dict[str, Any]:
+            result, register: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """The run's final metrics from Ray Train's `result` (a divergence or a full disk the workers returned is
     raised here, once, without a retry), its MLflow run ended through the record, the checkpoints beyond those
     kept pruned."""
@@ -265,7 +309,8 @@ def _finish(cfg: DictConfig, name: str, storage, run_dir, uri: str, run_id: str,
     final = dict(result.return_value or result.metrics or {})
     final.update(mlflow_run_id=run_id, run_name=name, run_dir=storage.uri_of(str(result.path)),
                  checkpoint_path=storage.uri_of(result.checkpoint.path) if result.checkpoint is not None else None)
-    end = run_end(cfg, run_id, final["checkpoint_path"], bool(cfg.trainer.log_checkpoint_artifact))
+    end = run_end(cfg, run_id, final["checkpoint_path"], bool(cfg.trainer.log_checkpoint_artifact), record=record,
+                  kept=[storage.uri_of(c.path) for c, _ in result.best_checkpoints or []], register=register)
     try:
         finish_run(uri, run_id, record, end)
     except TrackingUnavailable as exc:

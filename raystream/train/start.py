@@ -8,6 +8,12 @@ command writes the held-out probe images when `eval.dataset` names a set raystre
 `scenario.backbone.init`), and records there `start.json`: the hash of the composed config and the run's final
 probe figures. Called again with the same config it trains nothing and prints the record; a changed config trains
 afresh; an interrupted one resumes from its last checkpoint (as `raystream train` with the same run name).
+
+The start is also registered in MLflow: its final checkpoint is a LoggedModel of its run and a version of the
+registered model `raystream-table1-start` with the alias `s<trainer.seed>` (tracking/logged_model.py), so
+`scenario.backbone.init=models:/raystream-table1-start@s0` starts a run from it on any machine that reaches the
+tracking server (the local directory still works). A start cached before it was registered is registered when the
+command is run again (`start.json` says where: `registered`).
 """
 
 from __future__ import annotations
@@ -16,16 +22,21 @@ import hashlib
 import json
 import shlex
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
 from raystream.config import ConfigError
+from raystream.tracking import events, logged_model
+from raystream.tracking.mirror import mirror_now
+from raystream.uris import filesystem_at
 from raystream.data.demo.probe_images import ensure_generated_probe, is_generated_probe
 from raystream.train.preflight import check_inputs
 from raystream.train.commands import said_why_it_ended
-from raystream.train.run import fit
+from raystream.train import checkpoint as ckpt_files
+from raystream.train.run import fit, run_end
 
 EXPERIMENT = "table1_start"
 RECORD = "start.json"
@@ -66,17 +77,57 @@ def ensure_start(cfg: DictConfig) -> Dict[str, Any]:
         ensure_generated_probe(cfg.eval.dataset)
     found = cached(cfg)
     if found is not None:
+        if not found.get("registered"):
+            found = _register_cached(cfg, found)
         return found
     where = start_dir(cfg)
     if (where / RECORD).is_file():  # made with another config: train afresh rather than resume it
         shutil.rmtree(where)
     check_inputs(cfg)  # as `raystream train`: the store, videos, probe set and start, together, before Ray starts
-    final = fit(cfg)
+    final = fit(cfg, register=registration(cfg))
     record = {"path": str(where), "config_hash": config_hash(cfg), "steps": final.get("steps_done"),
-              "mlflow_run_id": final.get("mlflow_run_id"),
+              "mlflow_run_id": final.get("mlflow_run_id"), "registered": registered_uri(cfg),
               "metrics": {k: v for k, v in final.items() if k.startswith("eval/") and isinstance(v, (int, float))}}
     (where / RECORD).write_text(json.dumps(record, indent=1, sort_keys=True))
     return record
+
+
+def registration(cfg: DictConfig) -> Dict[str, str]:
+    """The registered model and alias of this start: `raystream-table1-start`, `s<trainer.seed>`."""
+    return {"name": logged_model.START_MODEL, "alias": logged_model.start_alias(int(cfg.trainer.seed))}
+
+
+def registered_uri(cfg: DictConfig) -> str:
+    """`models:/raystream-table1-start@s<seed>`: what `scenario.backbone.init` takes to start from this start."""
+    reg = registration(cfg)
+    return f"models:/{reg['name']}@{reg['alias']}"
+
+
+def _register_cached(cfg: DictConfig, found: Dict[str, Any]) -> Dict[str, Any]:
+    """A start made before starts were registered: its final checkpoint appended to its run's record as a
+    registered LoggedModel and mirrored into MLflow (the run's own tracking server); start.json says so. A store
+    that does not answer is said, and the next call tries again."""
+    where = start_dir(cfg)
+    run_id = found.get("mlflow_run_id")
+    latest = ckpt_files.latest(*filesystem_at(str(where))) if run_id else None
+    if latest is None:
+        return found
+    record = events.path_in(str(where))
+    models = [e for e in run_end(cfg, run_id, latest[0], False, record=record, register=registration(cfg))
+              if e["kind"] == "model"]
+    out = events.Record(record)
+    out.append(models)
+    out.close()
+    try:
+        mirror_now(record)
+    except Exception as exc:  # the store is away: the record keeps it; the next call (or an upload) writes it
+        print(f"raystream pretrain-start: the start is not registered in MLflow yet ({type(exc).__name__}: "
+              f"{str(exc).splitlines()[0] if str(exc) else ''}); run the command again when the store answers",
+              file=sys.stderr)
+        return found
+    found = {**found, "registered": registered_uri(cfg)}
+    (where / RECORD).write_text(json.dumps(found, indent=1, sort_keys=True))
+    return found
 
 
 def main(cfg: DictConfig, overrides: Sequence[str] = ()) -> int:
@@ -89,4 +140,6 @@ def main(cfg: DictConfig, overrides: Sequence[str] = ()) -> int:
         return said_why_it_ended("raystream pretrain-start", exc, again)
     figures = ", ".join(f"{k} {v:.4g}" for k, v in sorted(record["metrics"].items()))
     print(f"start {record['path']} ({record['steps']} steps, config {record['config_hash']}): {figures}")
+    if record.get("registered"):
+        print(f"registered in MLflow: scenario.backbone.init={record['registered']}")
     return 0

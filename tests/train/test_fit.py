@@ -140,11 +140,19 @@ def test_mlflow_run_holds_params_metrics_and_artifacts(ddp, workdir):
     wds = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "wd"), key=lambda m: m.step)]
     assert wds[0] == pytest.approx(0.05) and wds[-1] == pytest.approx(0.5) and wds == sorted(wds)  # 0.05 -> 0.5
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert artifacts == {"config.yaml", "plots", "checkpoint"}
+    assert artifacts == {"config.yaml", "plots"}  # the checkpoint is a LoggedModel of the run (below)
     assert {a.path for a in client.list_artifacts(run.info.run_id, "plots")} == {
         "plots/grad_cosine.png", "plots/grad_cosine_hist.png"}
-    assert {a.path for a in client.list_artifacts(run.info.run_id, "checkpoint")} == {
-        "checkpoint/model.pt", "checkpoint/meta.json"}
+    models = {m.name: client.get_logged_model(m.model_id) for m in client.search_logged_models(
+        [run.info.experiment_id], filter_string=f"source_run_id = '{run.info.run_id}'")}
+    final = models.pop("ddp")
+    assert str(final.status) == "READY" and final.tags["raystream.step"] == str(STEPS - 1)
+    assert ("eval/knn_top1", STEPS - 1) in {(m.key, m.step) for m in final.metrics}
+    for name, kept in models.items():  # a kept checkpoint an evaluation was made at (step 2)
+        assert name == f"ddp-step{kept.tags['raystream.step']}" and any(m.key == "eval/knn_top1" for m in kept.metrics)
+    assert [(o.model_id, o.step) for o in run.outputs.model_outputs if o.model_id == final.model_id] == [
+        (final.model_id, STEPS - 1)]
+    assert {"MLmodel", "data", "raystream"} <= {a.path for a in client.list_logged_model_artifacts(final.model_id)}
     config_yaml = Path(client.download_artifacts(run.info.run_id, "config.yaml", str(workdir["dir"]))).read_text()
     assert "run_name: ddp" in config_yaml and "batch_size: 4" in config_yaml
 

@@ -6,7 +6,8 @@ VideoMAE train with), `compile_choice` (`optimizer.compile: auto`) and `build_op
 optimizers of this package have a `diagnostics()` method. `compile_choice` resolves `optimizer.compile: auto` for
 Orthogonal-AdamW: the compiled step where it was measured faster and pays its compilation back (docs/optimizers.md:
 at least `compile_min_params` trainable fp32 parameters on a CPU, in a run of at least `compile_min_steps` steps),
-the eager multi-tensor step otherwise; a compiled choice is printed once per process, with its reason.
+the eager step otherwise (on CUDA the fused Triton step); a compiled choice is printed once per process, with its
+reason.
 
 Weight decay pulls weights towards 0; for biases, norm scales/shifts (any tensor with ndim <= 1) and the ViT's
 learned tokens and position embeddings (`cls_token`, `mask_token`, `pos_embed`, ...) that only distorts them, so
@@ -55,7 +56,8 @@ class OptimizerConfig:
     `compile` (orthogonal_adamw only) picks the step: `auto` (default) runs the torch.compile'd step (projection, EMA
     and AdamW fused, orthogonal_adamw.py) for models of at least `compile_min_params` trainable fp32
     parameters on a CPU in runs of at least `compile_min_steps` steps, where it was measured faster once its
-    compilation (about a minute at the run's second step) is paid back, and the eager multi-tensor step otherwise;
+    compilation (about a minute at the run's second step) is paid back, and the eager step otherwise (on CUDA the
+    fused Triton step, raystream/optim/triton_step.py; elsewhere the multi-tensor step);
     `true` / `false` force one (true needs a C++ compiler on CPU or Triton on GPU, fp32 parameters and the global or
     per_tensor projection). The rule and its figures: docs/optimizers.md.
     """

@@ -119,6 +119,13 @@ def _offsets(xs: Sequence[Tensor], segments: List[Segment], bases: Sequence[Tens
     return out
 
 
+def _table(values: List[int], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """`values` as a tensor on `device`; to CUDA through pinned memory without waiting (a plain copy would wait for
+    the queued kernels: a host sync in every step whose gradients moved)."""
+    t = torch.tensor(values, dtype=dtype)
+    return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
+
+
 def _vec(xs: Sequence[Tensor]) -> int:
     """16 bytes in elements when every tensor of `xs` starts 16-byte aligned (vector loads), else 1."""
     return 16 // xs[0].element_size() if xs and all(x.data_ptr() % 16 == 0 for x in xs) else 1
@@ -141,7 +148,7 @@ class Plan:
         self.c_bases = [emas[i] for i in bases]
 
         def table(xs, bases):
-            return torch.tensor(_offsets(xs, segments, bases), dtype=torch.int64, device=device)
+            return _table(_offsets(xs, segments, bases), torch.int64, device)
 
         self.p, self.m, self.v = (table(xs, self.p_bases) for xs in (params, exp_avgs, exp_avg_sqs))
         self.c = table(emas, self.c_bases)
@@ -150,7 +157,7 @@ class Plan:
         for seg in segments:
             seg.vec_c = _vec(emas[seg.first:seg.last])
         sizes = [p.numel() for p in params]
-        self.numel = torch.tensor(sizes, dtype=torch.int64, device=device)
+        self.numel = _table(sizes, torch.int64, device)
         tensor, start, first, count = [], [], [], []
         for seg in segments:
             for i in range(seg.first, seg.last):
@@ -159,10 +166,10 @@ class Plan:
                 count.append(nb)
                 tensor += [i] * nb
                 start += range(0, nb * block, block)
-        self.block_tensor = torch.tensor(tensor, dtype=torch.int32, device=device)
-        self.block_start = torch.tensor(start, dtype=torch.int64, device=device)
-        self.first_block = torch.tensor(first, dtype=torch.int64, device=device)
-        self.blocks = torch.tensor(count, dtype=torch.int64, device=device)
+        self.block_tensor = _table(tensor, torch.int32, device)
+        self.block_start = _table(start, torch.int64, device)
+        self.first_block = _table(first, torch.int64, device)
+        self.blocks = _table(count, torch.int64, device)
         self.partial = torch.zeros(max(1, len(tensor)), 2, dtype=torch.float32, device=device)
         self.uu = torch.zeros(max(1, len(tensor)), dtype=torch.float32, device=device)
         self.sums = torch.zeros(len(sizes), 2, dtype=torch.float32, device=device)
@@ -178,7 +185,7 @@ class Plan:
             if g.dtype != p.dtype or g.shape != p.shape:
                 raise KernelBuildError(f"the fused step takes gradients of the parameter's dtype and shape: "
                                        f"parameter {tuple(p.shape)} {p.dtype}, gradient {tuple(g.shape)} {g.dtype}")
-        self.g = torch.tensor(_offsets(grads, self.segments, self.p_bases), dtype=torch.int64, device=params[0].device)
+        self.g = _table(_offsets(grads, self.segments, self.p_bases), torch.int64, params[0].device)
         for seg, vec in zip(self.segments, self.vec_p):
             seg.vec_p = min(vec, _vec(grads[seg.first:seg.last]))
         self.grad_ptrs = ptrs

@@ -23,8 +23,9 @@ Then:
   decode    frames/s of the clip stream per decoder that imports here (backends.DECODERS), measured by
             benchmarks/stream_decode.py's `child` on a video it writes;
   gpu_decode  on CUDA only: `raystream bench --decoders` (decoders.py `measure`: each decoder, torchcodec on NVDEC
-            where it loads, at the decode-worker counts it measures, a 256 px demo video and a 1080p H.264 file with
-            B-frames), and whether NVDEC decoded frames into device memory (torchcodec's CPU-fallback status);
+            where it loads, 1 and 2 decode workers, a 256 px demo video and a 1080p H.264 file with B-frames; then
+            the decode-worker scaling, DECODE_SCALING: 1, 2, 4, 8, 16 workers as threads and as processes), and
+            whether NVDEC decoded frames into device memory (torchcodec's CPU-fallback status);
   eval      bf16 feature extraction (eval_rates.py `encode_rate`): ViT-S/16 images/s at 224 px, ViT-B/16 clips/s.
 
 Every phase draws on one time budget (default 420 s: with the wheels' install and the phases' overrun, one device
@@ -85,6 +86,9 @@ TINY_PRESET = {
 }
 BUDGET = {"bench": 0.18}  # each preset's bench: this share of the whole budget at most
 RESERVE = 0.25  # the share of the budget kept for the phases after the presets (decoders, evaluation)
+# The decode-worker scaling gpu_decode measures (decoders.py `scaling`: VideoMAE's clips with each count of decode
+# workers per backend, counts above the machine's cores left out): whether N workers deliver close to N times one.
+DECODE_SCALING = {"counts": (1, 2, 4, 8, 16), "backends": ("threads", "processes")}
 
 
 def overrides(preset: str, tiny: bool, demo_dir: str) -> List[str]:
@@ -198,7 +202,7 @@ class Campaign:
                                 "cpu_fallback": reader.cpu_fallback or "none",
                                 "torchcodec": torchcodec.__version__}
                 reader.close()
-            out.update(decoders.measure(Path(d), frames_1080p=120, repeat=1))
+            out.update(decoders.measure(Path(d), frames_1080p=120, repeat=1, **DECODE_SCALING))
         return out
 
     def eval(self) -> Dict[str, Any]:
@@ -343,6 +347,15 @@ def markdown(r: Dict[str, Any]) -> str:
                   "|---|---|---|---|---|---|"]
         lines += [f"| {x['video']} | {x['decoder']} | {x['workers']} | {x['frames_per_s']:.0f} | "
                   f"{x['frames_per_cpu_s']:.0f} | {x['read_by']} |" for x in g["rows"]]
+    if "scaling" in g:
+        sc = g["scaling"]
+        lines += ["", f"decode-worker scaling: {sc['decoder']} on {sc['device']}, VideoMAE clips of a "
+                      f"{sc['video_frames']}-frame 256 px video, {sc['cores']} cores"
+                      + (f" ({sc['not_measured']} workers not measured)" if sc["not_measured"] else ""),
+                  "", "| backend | workers | frames/s | x 1 worker | after the first batch, x 1 worker | "
+                      "decoded bytes per clip |", "|---|---|---|---|---|---|"]
+        lines += [f"| {x['backend']} | {x['workers']} | {x['frames_per_s']:.0f} | {x['over_1']:.2f} | "
+                  f"{_f(x.get('steady_over_1'))} | {x['decoded_bytes_per_clip']:,} |" for x in sc["rows"]]
     ev = r.get("eval", {})
     if "vit_s16_images_per_s" in ev:
         lines += ["", f"evaluation features ({'bf16' if ev['bf16'] else 'fp32'}, {ev['resolution']} px): ViT-S/16 "

@@ -21,7 +21,7 @@ each worker at the measured clips/s: the step less its optimizer step scales wit
 bench's `optimizer_step_ms`, for the optimizer the cell runs where the bench timed it) does not. Data-parallel
 workers are taken to add no time (their gradient all-reduce is not measured). The estimate is at the live rate;
 the stated spread runs from the faster of the two rates divided by `spread` to the slower times `spread` (default
-SPREAD: the variation of one node's rate from run to run). A rate is used only for the setting it was measured in
+SPREAD: one node's rate from run to run, with a margin). A rate is used only for the setting it was measured in
 (scenario, backbone preset, frames per clip, resolution, device, bf16); otherwise the plan says that no rate is known
 and prints steps and trials alone. Not in the time: each trial's start (Ray Train's workers, the model, the stream
 correlation), its evaluations and checkpoints (their counts are printed), and ASHA stopping trials early.
@@ -40,14 +40,16 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import yaml
 from omegaconf import OmegaConf
 
-from raystream.config import ConfigError
+from raystream.config import ConfigError, compose
 from raystream.data import DataError
 from raystream.train.capacity import max_resources
 from raystream.train.preflight import machine_cpus, stream_plan
 from raystream.tune.concurrency import trial_demand
 from raystream.tune.space import Cell, SweepPlan, plan as sweep_plan, structured
 
-SPREAD = 1.25  # a node's steps/s from one run to the next (the H200 campaign's three runs: within ~25 % per preset)
+# A node's steps/s from one run to the next: the H200 campaign's from-memory rates moved by up to 9 % between its
+# runs (VideoMAE 11.9 and 10.9, DoRA 2.56 and 2.50; docs/benchmarks.md); the rest is margin.
+SPREAD = 1.25
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Rate:
     device_name: str = ""
     date: str = ""
     source: str = ""
+    order: Optional[str] = None  # the stream order of the live rate (decoding differs between orders)
 
     def setting(self) -> str:
         return (f"{self.scenario} {self.backbone} {self.frames_per_clip}x{self.resolution}px on {self.device}"
@@ -76,7 +79,7 @@ class Rate:
 
 _CAMPAIGN = "shipped: docs/benchmarks.md, the GPU campaign's third run (raystream bench per preset) at commit 6a55e9c"
 _H200 = dict(frames_per_clip=0, resolution=224, device="cuda", bf16=True, optimizer="orthogonal_adamw",
-             device_name="NVIDIA H200", date="2026-11-27", source=_CAMPAIGN)
+             device_name="NVIDIA H200", date="2026-11-27", source=_CAMPAIGN, order="batch_along_time")
 # The paper presets on one H200 at their per-GPU batch (docs/benchmarks.md, "2026-11-27, third run").
 SHIPPED: Tuple[Rate, ...] = (
     Rate(**{**_H200, "frames_per_clip": 4}, scenario="future_prediction", backbone="large", batch_per_worker=16,
@@ -133,9 +136,17 @@ def load_bench(path: str) -> Rate:
                     optimizer=str(r.get("optimizer", "")),
                     optimizer_step_ms={str(k): float(v) for k, v in (r.get("optimizer_step_ms") or {}).items()},
                     device_name=str(r.get("device_name", "")), date=str(r.get("date", "")),
-                    source=f"raystream bench --json {path}")
+                    source=f"raystream bench --json {path}", order=_bench_order(r.get("overrides")))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: a value of the wrong type ({exc})") from None
+
+
+def _bench_order(overrides: Any) -> Optional[str]:
+    """The stream order a bench read, from the overrides it recorded (None when they no longer compose here)."""
+    try:
+        return str(compose([str(o) for o in overrides or []]).stream.order)
+    except Exception:  # a user's config dir gone, a key renamed since: the order is then unknown, not an error
+        return None
 
 
 def _cell_setting(config: Mapping[str, Any]) -> Tuple[str, str, int, int, str, bool]:
@@ -282,9 +293,10 @@ def concurrency(cells: Sequence[Cell], trials: int, have: Mapping[str, float], h
                 continue
             n = int(float(have[resource]) // amount)
             if n < 1:
+                workers = cell.config["trainer"]["num_workers"]
                 raise ConfigError(
                     f"a trial{' of cell ' + cell.label if cell.values else ''} holds {amount:g} {resource}s "
-                    f"(trainer.num_workers = {cell.config['trainer']['num_workers']}) but {have_from} has {have[resource]:g}: it could never "
+                    f"(trainer.num_workers = {workers}) but {have_from} has {have[resource]:g}: it could never "
                     "start; lower trainer.num_workers or give a larger cluster")
             if n < fits:
                 fits, why = n, f"{have[resource]:g} {resource}s / {amount:g} per trial"
@@ -305,6 +317,20 @@ def layout(durations: Sequence[float], slots: int) -> float:
 def _count(steps: int, every: int) -> int:
     """After how many of `steps` steps something done every `every` steps and after the last happens."""
     return 1 if every <= 0 else steps // every + (1 if steps % every else 0)
+
+
+def _time(cp: CellPlan, rate: Rate, spread: float, order: str) -> None:
+    """Fill in the cell's steps/s at its batch and optimizer, and its trials' time in their steps: the estimate at the
+    live rate, the range from the faster rate / `spread` to the slower x `spread`."""
+    b = cp.global_batch // cp.workers
+    memory, cp.rate_note = step_seconds(rate, rate.memory_steps_per_s, b, cp.optimizer)
+    if rate.order and order != rate.order:
+        cp.rate_note = "; ".join(filter(None, [cp.rate_note, f"live rate read {rate.order}, this cell {order}: its "
+                                                             "decoding may be slower"]))
+    live = step_seconds(rate, rate.live_steps_per_s, b, cp.optimizer)[0] if rate.live_steps_per_s else memory
+    cp.steps_per_s = {"memory": 1.0 / memory, "live": 1.0 / live}
+    cp.trial_s = {"low": cp.steps * min(memory, live) / spread, "estimate": cp.steps * live,
+                  "high": cp.steps * max(memory, live) * spread}
 
 
 def _cells(kind: str, cfg, overrides: Sequence[str]) -> Tuple[str, List[Cell], int]:
@@ -355,13 +381,7 @@ def make_plan(kind: str, cfg, overrides: Sequence[str] = (), *, gpus: Optional[i
         rate, cp.no_rate = rate_for(c, rates)
         if rate is not None:
             used = used or rate
-            b = cp.global_batch // workers
-            memory, note = step_seconds(rate, rate.memory_steps_per_s, b, cp.optimizer)
-            live = step_seconds(rate, rate.live_steps_per_s, b, cp.optimizer)[0] if rate.live_steps_per_s else memory
-            cp.rate_note = note
-            cp.steps_per_s = {"memory": 1.0 / memory, "live": 1.0 / live}
-            cp.trial_s = {"low": steps * min(memory, live) / spread, "estimate": steps * live,
-                          "high": steps * max(memory, live) * spread}
+            _time(cp, rate, spread, str(c["stream"]["order"]))
         planned.append(cp)
 
     trials = sum(cp.trials for cp in planned)

@@ -84,30 +84,36 @@ def _children_cpu_s() -> float:
 
 def stream_rate(video: str, decoder: str, device: str, workers: int, repeat: int, resolution: int = 224,
                 backend: str = "threads", clips: str = "bench", epochs: int = 1) -> dict:
-    """Frames/s of the stream over `video` (the fastest of `repeat` passes; `epochs` passes over the video in
-    each), the seconds to its first batch (decode processes start then), the decoder that read it, and what
-    was copied: `decoded_bytes_per_clip` (decoder's frame -> the job's array: shared memory for processes; a frame
+    """Frames/s of the stream over `video` (the fastest of `repeat` runs; `epochs` passes over the video in
+    each), the seconds to its first batch (decode processes start then) and the rate after it (`steady_`: what
+    a long run gets), the decoder that read it, and what was copied: `decoded_bytes_per_clip` (decoder's frame -> the job's array: shared memory for processes; a frame
     serving several clips is decoded once) and `batch_bytes_per_clip` (that array -> the batch tensor)."""
     data = DataConfig(videos=[video], decoder=decoder, decode_device=device, decode_workers=workers,
                       decode_backend=backend, decode_timeout_s=600.0)
     cfg = StreamConfig(order="batch_along_time", batch_size=8, resolution=resolution, dtype="uint8", epochs=epochs,
                        **CLIPS[clips])
-    best, cpu, first, frames, read_by, decoded, clips_seen = float("inf"), float("inf"), 0.0, 0, decoder, 0, 0
+    best, cpu, first, steady, frames, read_by, decoded, clips_seen = (float("inf"), float("inf"), 0.0, 0.0, 0,
+                                                                      decoder, 0, 0)
     for _ in range(repeat):
         stream = build_stream(data, cfg)
         read_by = stream.videos[0].decoder(decoder)
         t0, c0, k0, frames, clips_seen = time.perf_counter(), time.process_time(), _children_cpu_s(), 0, 0
+        first_frames, t1 = 0, t0
         for batch in stream.batches():
-            if not frames:
-                first = time.perf_counter() - t0
             frames += batch.frames.shape[0] * batch.frames.shape[1]
             clips_seen += batch.frames.shape[0]
+            if not first_frames:
+                first_frames, t1 = frames, time.perf_counter()
         seconds = time.perf_counter() - t0
+        if seconds < best:
+            first = t1 - t0
         best = min(best, seconds)
+        steady = max(steady, (frames - first_frames) / max(time.perf_counter() - t1, 1e-9))
         cpu = min(cpu, time.process_time() - c0 + _children_cpu_s() - k0)  # the decode processes ended with it
         decoded = stream.frames_decoded
     frame_bytes = 3 * resolution ** 2
-    return {"frames": frames, "seconds": best, "first_batch_s": first, "frames_per_s": frames / best, "cpu_s": cpu,
+    return {"frames": frames, "seconds": best, "first_batch_s": first, "frames_per_s": frames / best,
+            "steady_frames_per_s": steady, "cpu_s": cpu,
             "frames_per_cpu_s": frames / cpu, "read_by": read_by, "backend": backend,
             "decoded_bytes_per_clip": decoded * frame_bytes // max(1, clips_seen),
             "batch_bytes_per_clip": frames * frame_bytes // max(1, clips_seen)}
@@ -117,7 +123,8 @@ def scaling(root: Path, counts=(1, 2, 4, 8, 16), backends=("threads", "processes
             device: str = "cpu", frames: int = 600, repeat: int = 1, cores: Optional[int] = None,
             epochs: int = 1) -> dict:
     """Frames/s of VideoMAE's clips with each of `counts` decode workers (those above the cores present are left
-    out and named in `not_measured`), per backend, and each count's ratio against one worker of its backend."""
+    out and named in `not_measured`), per backend, and each count's ratio against one worker of its backend (from
+    the start, `over_1`, and after the first batch, `steady_over_1`); `load`: the machine's load average then."""
     cores = int(cores or available_cores())
     video = str(write_demo(Path(root), frames, gop=30, name="scaling.mp4"))
     measured = [int(n) for n in counts if int(n) <= cores]
@@ -132,6 +139,8 @@ def scaling(root: Path, counts=(1, 2, 4, 8, 16), backends=("threads", "processes
             r = stream_rate(video, decoder, device, n, repeat, backend=backend, clips="videomae", epochs=epochs)
             one = one or r
             out["rows"].append({"backend": backend, "workers": n, "over_1": r["frames_per_s"] / one["frames_per_s"],
+                                "steady_over_1": (r["steady_frames_per_s"] / one["steady_frames_per_s"]
+                                                  if one["steady_frames_per_s"] else None),
                                 "load": round(os.getloadavg()[0], 2), **r})
     return out
 
@@ -186,11 +195,12 @@ def print_scaling(sc: dict) -> None:
     print(f"\nscaling: {sc['decoder']} on {sc['device']}, VideoMAE clips (16 frames) of a {sc['video_frames']}-frame "
           f"256 px video with a keyframe every 30 frames, {sc['epochs']} pass(es), best of {sc['repeat']}{left}")
     print(f"{'backend':10} {'workers':>7} {'frames':>7} {'s':>7} {'1st s':>6} {'frames/s':>9} {'vs 1':>6} "
-          f"{'f/cpu-s':>8} {'decoded B/clip':>14} {'batch B/clip':>12} {'load':>6}")
+          f"{'steady':>7} {'vs 1':>6} {'f/cpu-s':>8} {'decoded B/clip':>14} {'batch B/clip':>12} {'load':>6}")
     for r in sc["rows"]:
         print(f"{r['backend']:10} {r['workers']:>7} {r['frames']:>7} {r['seconds']:>7.2f} {r['first_batch_s']:>6.2f} "
-              f"{r['frames_per_s']:>9.0f} {r['over_1']:>5.2f}x "
-              f"{r['frames_per_cpu_s']:>8.0f} {r['decoded_bytes_per_clip']:>14,} {r['batch_bytes_per_clip']:>12,} "
+              f"{r['frames_per_s']:>9.0f} {r['over_1']:>5.2f}x {r['steady_frames_per_s']:>7.0f} "
+              + (f"{r['steady_over_1']:>5.2f}x " if r["steady_over_1"] is not None else f"{'-':>6} ")
+              + f"{r['frames_per_cpu_s']:>8.0f} {r['decoded_bytes_per_clip']:>14,} {r['batch_bytes_per_clip']:>12,} "
               f"{r['load']:>6}")
     print("copies: the decoder's frame is cropped into the job's array (shared memory for processes) once per "
           "decoded frame, then each clip's frames are copied into the batch tensor")

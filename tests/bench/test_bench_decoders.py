@@ -25,7 +25,7 @@ def test_a_row_per_installed_decoder_with_its_rate_and_who_read_the_file(tmp_pat
 def test_scaling_rows_per_backend_with_ratios_copies_and_the_counts_the_cores_left_out(tmp_path, capsys):
     from raystream.bench.decoders import print_scaling, scaling
 
-    sc = scaling(tmp_path, counts=(1, 2, 4096), backends=("threads", "processes"), frames=120)
+    sc = scaling(tmp_path, counts=(1, 2, 4096), backends=("threads", "processes"), frames=120, epochs=2)
     assert sc["counts"] == [1, 2] and sc["not_measured"] == [4096] and sc["decoder"] == installed_decoders()[0]
     assert [(r["backend"], r["workers"]) for r in sc["rows"]] == [("threads", 1), ("threads", 2), ("processes", 1),
                                                                   ("processes", 2)]
@@ -35,7 +35,7 @@ def test_scaling_rows_per_backend_with_ratios_copies_and_the_counts_the_cores_le
         assert r["batch_bytes_per_clip"] == clip
         # neighbouring clips share half their frames, which are decoded once: fewer bytes than the batch's
         assert 0 < r["decoded_bytes_per_clip"] < clip
-    assert [r["over_1"] for r in sc["rows"] if r["workers"] == 1] == [1.0, 1.0]
+    assert [(r["over_1"], r["steady_over_1"]) for r in sc["rows"] if r["workers"] == 1] == [(1.0, 1.0)] * 2
     print_scaling(sc)
     out = capsys.readouterr().out
     assert "[4096] workers not measured" in out and "processes" in out

@@ -15,7 +15,9 @@ message per job over a Unix socket: a small descriptor (job id, video, frames, h
 a nameless shared-memory file (memfd) the parent made for the job's frames at r x r and mapped. The child maps it,
 decodes and crops straight into it (the one copy of the frames it makes, as a thread does into its array), unmaps it
 and answers with the job id. No frame is pickled, and no segment has a name: its memory goes when the last process
-mapping it lets go, so nothing is left in /dev/shm however a process ends. Jobs go to workers as threads' do
+holding it lets go, so nothing is left in /dev/shm however a process ends. The stream hands a job's segment back
+(`release`) once its last batch is made, and the next job of that size class reuses it: fresh shared pages cost
+3 ms of page faults and zeroing per 4.5 MiB job, 7x a reused one (2026-11-28, this machine). Jobs go to workers as threads' do
 (workers.Router), so the batches are the same whatever the kind or number of workers.
 
 Faults: a child that dies (killed, a segfault in a corrupt file) closes its socket; the parent's reader thread then
@@ -41,15 +43,17 @@ import weakref
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable, ContextManager, List, Optional, Sequence
+from typing import Callable, ContextManager, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from raystream.data.decode.plan import Job
+from raystream.data.decode.workers import Router, decode_job
 from raystream.data.errors import DataError
 
 CLOSE_WAIT_S = 2.0  # close(): how long children may finish the job in hand before they are killed
-_CHUNK = 64  # frames per reader call (as workers.py)
+SIZE_CLASS = 16  # segments hold a multiple of this many frames, so jobs of similar length reuse them
+KEEP_FREE = 8  # released segments kept per size class for reuse
 _MESSAGE = 1 << 18  # largest message read from a socket (a job's descriptor is a few KiB)
 
 
@@ -93,11 +97,29 @@ def shared_frames(size: int) -> int:
     return fd
 
 
-class _Pending:
-    """A job sent to a child: its future, its frames' mapping, and the pin holding its video on local disk."""
+class _Segment:
+    """A nameless shared-memory file of `frames` frames' room, its descriptor and the parent's mapping of it."""
 
-    def __init__(self, job: Job, future: Future, mapping: mmap.mmap, pin: contextlib.ExitStack):
-        self.job, self.future, self.mapping, self.pin = job, future, mapping, pin
+    def __init__(self, frames: int, frame_bytes: int):
+        self.frames = frames
+        self.fd = shared_frames(frames * frame_bytes)
+        try:
+            self.mapping = mmap.mmap(self.fd, frames * frame_bytes)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def close(self) -> None:
+        with contextlib.suppress(BufferError):  # a view still held: the mapping goes with it
+            self.mapping.close()
+        os.close(self.fd)
+
+
+class _Pending:
+    """A job sent to a child: its future, its frames' segment, and the pin holding its video on local disk."""
+
+    def __init__(self, job: Job, future: Future, segment: _Segment, pin: contextlib.ExitStack):
+        self.job, self.future, self.segment, self.pin = job, future, segment, pin
 
 
 class _Child:
@@ -159,13 +181,14 @@ class DecodeProcesses:
 
     def __init__(self, n: int, recipes: Sequence[ReaderRecipe], settings: ReaderSettings, max_open: int = 8,
                  pin: Optional[Callable[[int], ContextManager]] = None, name: str = "raystream-decode"):
-        from raystream.data.decode.workers import Router  # workers.py names this module's class: imported late
-
         self.recipes, self.settings, self.name = list(recipes), settings, name
         self.resolution = int(settings.resolution)
         self.pin = pin
         self._router = Router(max(1, int(n)))
         self._closed = False
+        self._lock = threading.Lock()
+        self._held: Dict[int, _Segment] = {}  # job id -> its segment, until released
+        self._free: Dict[int, List[_Segment]] = {}  # size class (frames) -> segments to reuse
         setup = {"settings": settings, "max_open": max(1, int(max_open)), "parent": os.getpid()}
         self._children: List[_Child] = []
         _LIVE.add(self)
@@ -184,20 +207,35 @@ class DecodeProcesses:
         pin = contextlib.ExitStack()
         if self.pin is not None:
             pin.enter_context(self.pin(job.video))
+        size = -(-len(job.frames) // SIZE_CLASS) * SIZE_CLASS
         try:
-            fd = shared_frames(len(job.frames) * 3 * r * r)
+            with self._lock:
+                free = self._free.get(size)
+                segment = free.pop() if free else None
+            segment = segment or _Segment(size, 3 * r * r)
         except BaseException:
             pin.close()
             raise
-        try:
-            mapping = mmap.mmap(fd, len(job.frames) * 3 * r * r)
-            future: Future = Future()
-            message = pickle.dumps((job.id, self.recipes[job.video], job.video, list(job.frames)),
-                                   protocol=pickle.HIGHEST_PROTOCOL)
-            self._children[self._router.route(job)].send(_Pending(job, future, mapping, pin), message, fd)
-        finally:
-            os.close(fd)  # the mapping (and the child's, once sent) keeps the memory
+        with self._lock:
+            self._held[job.id] = segment
+        future: Future = Future()
+        message = pickle.dumps((job.id, self.recipes[job.video], job.video, list(job.frames)),
+                               protocol=pickle.HIGHEST_PROTOCOL)
+        self._children[self._router.route(job)].send(_Pending(job, future, segment, pin), message, segment.fd)
         return future
+
+    def release(self, job_id: int) -> None:
+        """The stream is done with job `job_id`'s frames (no view of them is read again): its segment serves the
+        next job of its size class. Keeps at most KEEP_FREE segments per class (more are closed)."""
+        with self._lock:
+            segment = self._held.pop(job_id, None)
+            if segment is None:
+                return
+            free = self._free.setdefault(segment.frames, [])
+            if not self._closed and len(free) < KEEP_FREE:
+                free.append(segment)
+                return
+        segment.close()
 
     def close(self) -> None:
         """End every child (the job in hand may finish within CLOSE_WAIT_S; then SIGKILL) and fail what was pending.
@@ -223,6 +261,11 @@ class DecodeProcesses:
                 left, c.pending = list(c.pending.values()), OrderedDict()
             for pending in left:
                 self.finish(pending, self.died(c, pending.job, "closed", queued=True))
+        with self._lock:
+            segments = [s for free in self._free.values() for s in free] + list(self._held.values())
+            self._free, self._held = {}, {}
+        for segment in segments:
+            segment.close()
 
     @property
     def pids(self) -> List[int]:
@@ -235,12 +278,11 @@ class DecodeProcesses:
         if pending.future.done():
             return
         if error is not None:
-            pending.mapping.close()
-            pending.future.set_exception(error)
+            pending.future.set_exception(error)  # its segment goes at release or close
             return
         r = self.resolution
         pending.future.set_result(np.ndarray((len(pending.job.frames), 3, r, r), dtype=np.uint8,
-                                             buffer=pending.mapping))
+                                             buffer=pending.segment.mapping))
 
     def how_it_ended(self, child: _Child) -> str:
         if self._closed:
@@ -285,7 +327,6 @@ def _child(fd: int) -> int:
     """Decode the jobs read from socket `fd` into the memory passed with each, answering (job id, None or the
     exception), until the parent ends its input; readers kept open per video (LRU), as a decode thread keeps them."""
     from raystream.data.decode.backends import open_scaled_reader  # lazy: the child's only heavy import
-    from raystream.data.decode.frames import crop_square
 
     sock = socket.socket(fileno=fd)
     setup = pickle.loads(sock.recv(_MESSAGE))
@@ -303,19 +344,16 @@ def _child(fd: int) -> int:
         job_id, recipe, video, frames = pickle.loads(message)
         error: Optional[BaseException] = None
         try:
-            reader = readers.pop(video, None)
-            if reader is None:
-                reader = open_scaled_reader(recipe, r, recipe.chosen, settings.max_read_through,
-                                            settings.decord_reset_frames, settings.device)
-            readers[video] = reader
-            while len(readers) > max_open:
-                readers.popitem(last=False)[1].close()
-            _decode_into(reader, frames, fds[0], r, crop_square)
+            mapping = mmap.mmap(fds[0], len(frames) * 3 * r * r)
+            try:
+                out = np.ndarray((len(frames), 3, r, r), dtype=np.uint8, buffer=mapping)
+                decode_job(readers, video, frames, out, lambda: open_scaled_reader(
+                    recipe, r, recipe.chosen, settings.max_read_through, settings.decord_reset_frames,
+                    settings.device), max_open)
+                del out
+            finally:
+                mapping.close()
         except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it for the stream
-            stale = readers.pop(video, None)  # its position is unknown now: the next job opens a fresh one
-            if stale is not None:
-                with contextlib.suppress(Exception):
-                    stale.close()
             error = _picklable(exc)
         finally:
             for f in fds:
@@ -328,18 +366,6 @@ def _child(fd: int) -> int:
         with contextlib.suppress(Exception):
             reader.close()
     return 0
-
-
-def _decode_into(reader, frames: List[int], fd: int, r: int, crop_square) -> None:
-    mapping = mmap.mmap(fd, len(frames) * 3 * r * r)
-    try:
-        out = np.ndarray((len(frames), 3, r, r), dtype=np.uint8, buffer=mapping)
-        for k in range(0, len(frames), _CHUNK):
-            part = frames[k:k + _CHUNK]
-            crop_square(reader.get(part), r, out=out[k:k + len(part)])
-        del out
-    finally:
-        mapping.close()
 
 
 def _picklable(exc: BaseException) -> BaseException:

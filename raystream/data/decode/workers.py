@@ -28,7 +28,7 @@ import queue
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Sequence, Tuple
 
 import numpy as np
 
@@ -66,6 +66,27 @@ def default_decode_workers() -> int:
     if omp.isdigit() and int(omp) > 0:
         n = min(n, int(omp))
     return max(1, min(16, n))
+
+
+def decode_job(readers: "OrderedDict[int, object]", video: int, frames: Sequence[int], out: np.ndarray,
+               open_reader: Callable[[], object], max_open: int) -> None:
+    """Decode `frames` of `video` into `out` (n, 3, r, r) with its reader from `readers` (opened with `open_reader`
+    when not there; the least recently used closed beyond `max_open`), as a worker thread or process does. A reader
+    that failed is closed: its position is unknown, so the next job opens a fresh one."""
+    reader = readers.pop(video, None)
+    if reader is None:
+        reader = open_reader()
+    readers[video] = reader
+    while len(readers) > max_open:
+        readers.popitem(last=False)[1].close()
+    r = out.shape[-1]
+    try:
+        for k in range(0, len(frames), _CHUNK):
+            part = list(frames[k:k + _CHUNK])
+            crop_square(reader.get(part), r, out=out[k:k + len(part)])
+    except BaseException:
+        readers.pop(video).close()
+        raise
 
 
 class _Worker:
@@ -125,22 +146,13 @@ class DecodeWorkers:
     def submit(self, job: Job) -> Future:
         return self._workers[self._router.route(job)].submit(self._decode, job.video, list(job.frames))
 
+    def release(self, job_id: int) -> None:
+        """The stream is done with a job's frames (processes reuse its shared memory; threads' arrays just go)."""
+
     def _decode(self, worker: _Worker, video: int, frames) -> np.ndarray:
-        reader = worker.readers.pop(video, None)
-        if reader is None:
-            reader = self.open_reader(video)
-        worker.readers[video] = reader
-        while len(worker.readers) > self.max_open:
-            worker.readers.popitem(last=False)[1].close()
         r = self.resolution
         out = np.empty((len(frames), 3, r, r), dtype=np.uint8)
-        try:
-            for k in range(0, len(frames), _CHUNK):
-                part = frames[k:k + _CHUNK]
-                crop_square(reader.get(part), r, out=out[k:k + len(part)])
-        except BaseException:
-            worker.readers.pop(video).close()  # its position is unknown now: the next job opens a fresh one
-            raise
+        decode_job(worker.readers, video, frames, out, lambda: self.open_reader(video), self.max_open)
         return out
 
     def close(self) -> None:

@@ -275,6 +275,7 @@ class ClipStream:
                 for job in [j for j in jobs.values() if j.last <= t]:
                     del jobs[job.id], futures[job.id]
                     rows.pop(job.id, None)
+                    workers.release(job.id)  # the batch holds copies: nothing reads the job's frames again
                 yield batch
         finally:
             workers.close()

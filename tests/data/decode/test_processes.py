@@ -159,3 +159,17 @@ def test_decode_backend_is_checked_and_auto_picks_by_workers_and_device():
     assert choose_backend("auto", 16, "cuda") == "threads" and choose_backend("processes", 1) == "processes"
     with pytest.raises(ValueError, match="data.decode_backend = 'fork'"):
         choose_backend("fork", 2)
+
+
+def test_a_decoder_error_in_a_worker_reaches_the_stream_naming_the_file(block_videos, tmp_path):
+    import shutil
+
+    videos = [shutil.copy(v, tmp_path / os.path.basename(v)) for v in block_videos[:2]]
+    s = stream_cfg(order="batch_along_video", batch_size=2, **OVERLAP)
+    stream = build_stream(data_cfg([str(v) for v in videos], decode_workers=2, decode_backend="processes"), s)
+    with open(videos[1], "r+b") as f:  # spoiled after the probe: the worker's reader meets it
+        f.write(b"not a video any more" * 64)
+    with pytest.raises(DataError, match=str(videos[1]).replace(".", r"\.")):
+        for _ in stream:
+            pass
+    assert not _children()

@@ -21,7 +21,9 @@ One launch covers many tensors: a block table says which tensor each program's b
 and where it starts in it (`block_start`), and offset tables hold where each tensor starts, in elements from a base
 tensor of its dtype (`p_base`: the segment's first parameter, for theta, g, m, v; `c_base`: its first EMA). A base is
 a kernel argument that Triton knows to be 16-byte aligned; where every tensor is (the host checks), VEC_P / VEC_C
-(16 bytes in elements) tell the compiler so, and each thread loads and stores 16 bytes at a time. Importing this module imports Triton: with TRITON_INTERPRET=1 set before that import,
+(16 bytes in elements) tell the compiler so, and each thread loads and stores 16 bytes at a time. That also needs
+a mask the compiler knows to be constant over each vector: a block wholly inside its tensor (all but a tensor's
+last) runs with an all-true mask, the last block with the real one (`_block`, then one of two calls of a body). Importing this module imports Triton: with TRITON_INTERPRET=1 set before that import,
 the kernels run on CPU tensors in Triton's interpreter (the tests do so in a child process).
 """
 
@@ -33,10 +35,12 @@ import triton.language as tl
 
 @triton.jit
 def _block(block_tensor, block_start, numel, b, BLOCK: tl.constexpr):
-    """Block b of the table: its tensor's index, the element offsets it covers and which of them exist."""
+    """Block b of the table: its tensor's index, the element offsets it covers, the tensor's size and whether the
+    block lies wholly inside it."""
     t = tl.load(block_tensor + b)
-    offs = tl.load(block_start + b) + tl.arange(0, BLOCK)
-    return t, offs, offs < tl.load(numel + t)
+    start = tl.load(block_start + b)
+    n = tl.load(numel + t)
+    return t, start + tl.arange(0, BLOCK), n, start + BLOCK <= n
 
 
 @triton.jit
@@ -46,16 +50,25 @@ def _at(off_table, t, offs, VEC: tl.constexpr, BLOCK: tl.constexpr):
     return tl.max_contiguous(tl.multiple_of(tl.load(off_table + t) + offs, VEC), BLOCK)
 
 
+@triton.jit
+def _dots(p_base, c_base, g_off, c_off, partial, b, t, offs, mask, VEC_P: tl.constexpr, VEC_C: tl.constexpr,
+          BLOCK: tl.constexpr):
+    g = tl.load(p_base + _at(g_off, t, offs, VEC_P, BLOCK), mask=mask, other=0.0).to(tl.float32)
+    c = tl.load(c_base + _at(c_off, t, offs, VEC_C, BLOCK), mask=mask, other=0.0).to(tl.float32)
+    tl.store(partial + 2 * b, tl.sum(g * c, axis=0))
+    tl.store(partial + 2 * b + 1, tl.sum(c * c, axis=0))
+
+
 @triton.jit(do_not_specialize=["block0"])
 def dots_kernel(p_base, c_base, g_off, c_off, block_tensor, block_start, numel, partial, block0,
                 VEC_P: tl.constexpr, VEC_C: tl.constexpr, BLOCK: tl.constexpr):
     """partial[b] = (g . c, c . c) over block b = block0 + the program's index (fp32)."""
     b = block0 + tl.program_id(0)
-    t, offs, mask = _block(block_tensor, block_start, numel, b, BLOCK)
-    g = tl.load(p_base + _at(g_off, t, offs, VEC_P, BLOCK), mask=mask, other=0.0).to(tl.float32)
-    c = tl.load(c_base + _at(c_off, t, offs, VEC_C, BLOCK), mask=mask, other=0.0).to(tl.float32)
-    tl.store(partial + 2 * b, tl.sum(g * c, axis=0))
-    tl.store(partial + 2 * b + 1, tl.sum(c * c, axis=0))
+    t, offs, n, whole = _block(block_tensor, block_start, numel, b, BLOCK)
+    if whole:
+        _dots(p_base, c_base, g_off, c_off, partial, b, t, offs, tl.full((BLOCK,), 1, tl.int1), VEC_P, VEC_C, BLOCK)
+    else:
+        _dots(p_base, c_base, g_off, c_off, partial, b, t, offs, offs < n, VEC_P, VEC_C, BLOCK)
 
 
 @triton.jit
@@ -75,24 +88,10 @@ def segment_kernel(partial, first_block, blocks, out, CHUNK: tl.constexpr):
     tl.store(out + 2 * t + 1, tl.sum(cc, axis=0))
 
 
-@triton.jit(do_not_specialize=["block0", "first"])
-def update_kernel(p_base, c_base, p_off, g_off, c_off, m_off, v_off, step_size, inv_bc2, block_tensor, block_start,
-                  numel, k, uu, block0, first, decay, beta1, beta2, eps, ema_weight,
-                  PER_TENSOR: tl.constexpr, MAXIMIZE: tl.constexpr, WITH_UU: tl.constexpr, VEC_P: tl.constexpr,
-                  VEC_C: tl.constexpr, BLOCK: tl.constexpr):
-    """Pass 2 over block b = block0 + the program's index: projection, EMA, AdamW (the module docstring's lines).
-    `step_size` = lr / (1 - b1^t) and `inv_bc2` = 1 / sqrt(1 - b2^t) of tensors first, first + 1, ... (float64,
-    computed before); `k`: one coefficient (global) or one per tensor (PER_TENSOR); `uu`: u . u per block
-    (WITH_UU)."""
-    b = block0 + tl.program_id(0)
-    t, offs, mask = _block(block_tensor, block_start, numel, b, BLOCK)
-    if PER_TENSOR:
-        kt = tl.load(k + t)
-    else:
-        kt = tl.load(k)
-    lr_t = tl.load(step_size + (t - first)).to(tl.float32)
-    bc2_t = tl.load(inv_bc2 + (t - first)).to(tl.float32)
-
+@triton.jit
+def _update(p_base, c_base, p_off, g_off, c_off, m_off, v_off, uu, b, t, offs, mask, kt, lr_t, bc2_t, decay, beta1,
+            beta2, eps, ema_weight, MAXIMIZE: tl.constexpr, WITH_UU: tl.constexpr, VEC_P: tl.constexpr,
+            VEC_C: tl.constexpr, BLOCK: tl.constexpr):
     pi = _at(p_off, t, offs, VEC_P, BLOCK)
     ci = _at(c_off, t, offs, VEC_C, BLOCK)
     mi = _at(m_off, t, offs, VEC_P, BLOCK)
@@ -115,3 +114,28 @@ def update_kernel(p_base, c_base, p_off, g_off, c_off, m_off, v_off, step_size, 
     tl.store(p_base + mi, m.to(dt), mask=mask)
     tl.store(p_base + vi, v.to(dt), mask=mask)
     tl.store(p_base + pi, p.to(dt), mask=mask)
+
+
+@triton.jit(do_not_specialize=["block0", "first"])
+def update_kernel(p_base, c_base, p_off, g_off, c_off, m_off, v_off, step_size, inv_bc2, block_tensor, block_start,
+                  numel, k, uu, block0, first, decay, beta1, beta2, eps, ema_weight,
+                  PER_TENSOR: tl.constexpr, MAXIMIZE: tl.constexpr, WITH_UU: tl.constexpr, VEC_P: tl.constexpr,
+                  VEC_C: tl.constexpr, BLOCK: tl.constexpr):
+    """Pass 2 over block b = block0 + the program's index: projection, EMA, AdamW (the module docstring's lines).
+    `step_size` = lr / (1 - b1^t) and `inv_bc2` = 1 / sqrt(1 - b2^t) of tensors first, first + 1, ... (float64,
+    computed before); `k`: one coefficient (global) or one per tensor (PER_TENSOR); `uu`: u . u per block
+    (WITH_UU)."""
+    b = block0 + tl.program_id(0)
+    t, offs, n, whole = _block(block_tensor, block_start, numel, b, BLOCK)
+    if PER_TENSOR:
+        kt = tl.load(k + t)
+    else:
+        kt = tl.load(k)
+    lr_t = tl.load(step_size + (t - first)).to(tl.float32)
+    bc2_t = tl.load(inv_bc2 + (t - first)).to(tl.float32)
+    if whole:
+        _update(p_base, c_base, p_off, g_off, c_off, m_off, v_off, uu, b, t, offs, tl.full((BLOCK,), 1, tl.int1), kt,
+                lr_t, bc2_t, decay, beta1, beta2, eps, ema_weight, MAXIMIZE, WITH_UU, VEC_P, VEC_C, BLOCK)
+    else:
+        _update(p_base, c_base, p_off, g_off, c_off, m_off, v_off, uu, b, t, offs, offs < n, kt, lr_t, bc2_t, decay,
+                beta1, beta2, eps, ema_weight, MAXIMIZE, WITH_UU, VEC_P, VEC_C, BLOCK)

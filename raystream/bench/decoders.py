@@ -86,8 +86,9 @@ def stream_rate(video: str, decoder: str, device: str, workers: int, repeat: int
                 backend: str = "threads", clips: str = "bench", epochs: int = 1) -> dict:
     """Frames/s of the stream over `video` (the fastest of `repeat` runs; `epochs` passes over the video in
     each), the seconds to its first batch (decode processes start then) and the rate after it (`steady_`: what
-    a long run gets), the decoder that read it, and what was copied: `decoded_bytes_per_clip` (decoder's frame -> the job's array: shared memory for processes; a frame
-    serving several clips is decoded once) and `batch_bytes_per_clip` (that array -> the batch tensor)."""
+    a long run gets), the decoder that read it, and what was copied: `decoded_bytes_per_clip` (decoder's frame ->
+    the job's array: shared memory for processes; a frame serving several clips is decoded once) and
+    `batch_bytes_per_clip` (that array -> the batch tensor)."""
     data = DataConfig(videos=[video], decoder=decoder, decode_device=device, decode_workers=workers,
                       decode_backend=backend, decode_timeout_s=600.0)
     cfg = StreamConfig(order="batch_along_time", batch_size=8, resolution=resolution, dtype="uint8", epochs=epochs,

@@ -16,9 +16,9 @@ a nameless shared-memory file (memfd) the parent made for the job's frames at r 
 decodes and crops straight into it (the one copy of the frames it makes, as a thread does into its array), unmaps it
 and answers with the job id. No frame is pickled, and no segment has a name: its memory goes when the last process
 holding it lets go, so nothing is left in /dev/shm however a process ends. The stream hands a job's segment back
-(`release`) once its last batch is made, and the next job of that size class reuses it: fresh shared pages cost
-3 ms of page faults and zeroing per 4.5 MiB job, 7x a reused one (2026-11-28, this machine). Jobs go to workers as threads' do
-(workers.Router), so the batches are the same whatever the kind or number of workers.
+(`release`) once its last batch is made, and the next job of that size class reuses it: fresh shared pages cost 3 ms
+of page faults and zeroing per 4.5 MiB job, 7x a reused one (2026-11-28, this machine). Jobs go to workers as
+threads' do (workers.Router), so the batches are the same whatever the kind or number of workers.
 
 Faults: a child that dies (killed, a segfault in a corrupt file) closes its socket; the parent's reader thread then
 fails the job it was decoding at once with a DataError naming the video, the frames, the worker and how it ended

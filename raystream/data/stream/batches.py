@@ -8,8 +8,9 @@ A stream is a pure function of (config, seed, step): `clip_refs(step)` says whic
 global batch holds without decoding anything (used by `raystream data inspect`). Decoding (decode/): `plan.py`
 groups the frames the next steps need into jobs (one segment of one video each), `data.decode_workers` threads or
 processes (`data.decode_backend`; processes decode into shared memory) decode them at once, already scaled by the
-decoder (`frames.py`), and a background thread assembles batches from them `data.prefetch` batches ahead. A batch that takes longer than `data.decode_timeout_s` raises DataError naming the
-video instead of hanging the run. None of this changes which frames a batch holds.
+decoder (`frames.py`), and a background thread assembles batches from them `data.prefetch` batches ahead. A batch
+that takes longer than `data.decode_timeout_s` raises DataError naming the video instead of hanging the run. None of
+this changes which frames a batch holds.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path)
     env.update(RAY_TMPDIR=str(ray_tmp), RAY_USAGE_STATS_ENABLED="0")
     mark = uuid.uuid4().hex
     run_env = dict(env, **RAY_TEST_ENV, RAYSTREAM_PAUSE_AT_STEP="2", RAYSTREAM_PAUSE_FILE=str(paused),
-                   **{MARK_ENV: mark})
+                   RAYSTREAM_PAUSE_TIMEOUT_S="600", **{MARK_ENV: mark})  # the neighbour may take minutes to start
     overrides = ["stream.batch_size=4", "trainer.max_steps=4", "trainer.checkpoint_every=2", "trainer.log_every=1",
                  "eval.metrics=[]", "trainer.correlation_steps=0", "trainer.max_failures=0",  # no silent restart
                  f"trainer.storage_path={tmp_path / 'results'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
@@ -184,3 +185,49 @@ def register(client, model_id: str, run_id: str, name: str, alias: str, attempt)
                                                               model_id=model_id), "register model version").version
     attempt(lambda: client.set_registered_model_alias(name, alias, str(version)), "set model alias")
     return str(version)
+
+
+EVAL_RUN = "run"  # in a model's cache directory: the model as a run directory `raystream eval` reads
+
+
+def as_run_dir(uri: str, tracking_uri: Optional[str] = None) -> str:
+    """A raystream LoggedModel (`models:/...`, fetched by `registry.resolve`) as a local run directory that
+    `raystream eval` takes: one checkpoint (`checkpoint_<step>/model.pt`, the model's tensors, and `meta.json`) and
+    `raystream_run.json` naming the run that logged the model (the evaluation's metrics go there), the tracking
+    server and the run's config; made once, in the node's cache beside the model's files."""
+    import torch  # lazy: only `raystream eval models:/...` writes a checkpoint here
+    import yaml  # lazy: as above
+
+    from raystream.models.checkpoint import load_state_dict_file  # lazy: the models package (torch)
+    from raystream.tracking import registry  # lazy: as above (registry reaches MLflow)
+    from raystream.tracking.store import client  # lazy: MLflow
+
+    where = tracking_uri or registry.current_uri()
+    model_file = registry.resolve(uri, where)
+    home = model_file.parent.parent
+    run_dir = home / EVAL_RUN
+    if (run_dir / "raystream_run.json").is_file():
+        return str(run_dir)
+    meta = json.loads((home / "raystream" / "meta.json").read_text())
+    with open(home / "raystream" / "config.yaml") as f:
+        config = yaml.safe_load(f)
+    source = client(where).get_logged_model(home.name).source_run_id
+    tmp = tempfile.mkdtemp(prefix=".run.", dir=home)
+    try:
+        ckpt = os.path.join(tmp, f"checkpoint_{int(meta['next_step']) - 1:08d}")
+        os.makedirs(ckpt)
+        torch.save(load_state_dict_file(model_file), os.path.join(ckpt, "model.pt"))
+        meta["file_sizes"] = {"model.pt": os.path.getsize(os.path.join(ckpt, "model.pt"))}
+        with open(os.path.join(ckpt, "meta.json"), "w") as f:
+            json.dump(meta, f)
+        with open(os.path.join(tmp, "raystream_run.json"), "w") as f:
+            json.dump({"mlflow_run_id": source, "tracking_uri": where,
+                       "run_name": str(config.get("trainer", {}).get("run_name") or home.name), "config": config}, f)
+        try:
+            os.rename(tmp, run_dir)
+        except OSError:  # another process made it first
+            if not (run_dir / "raystream_run.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return str(run_dir)

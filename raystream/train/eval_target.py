@@ -28,7 +28,10 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from raystream.config import ConfigError, RunConfig, check, compose, flatten
+from raystream.models.checkpoint import is_model_uri
 from raystream.tracking import events, names
+from raystream.tracking.logged_model import as_run_dir
+from raystream.tracking.registry import ModelUriError
 from raystream.train import checkpoint as ckpt_files
 from raystream.train.run import RUN_INFO_FILE
 from raystream.uris import UriError, filesystem_at, first_line, is_uri, read_file, uri_of
@@ -99,8 +102,15 @@ def instead(fs, run_path: str, bad: str, scheme: Optional[str]) -> str:
 
 
 def resolve(target: str) -> EvalTarget:
-    """The checkpoint `target` names (module docstring); ConfigError when there is none to evaluate."""
+    """The checkpoint `target` names (module docstring); ConfigError when there is none to evaluate. A LoggedModel
+    (`models:/<model_id>`, `models:/<name>@<alias>`, at $MLFLOW_TRACKING_URI) is evaluated as the run directory
+    `tracking.logged_model.as_run_dir` makes of it in the node's cache, its metrics going to the run that logged it."""
     text = str(target).strip()
+    if is_model_uri(text):
+        try:
+            text = as_run_dir(text)
+        except ModelUriError as exc:
+            raise ConfigError(f"target {target!r}: {exc}") from None
     text = text if text.endswith("://") else text.rstrip("/")
     scheme = text.partition("://")[0] if is_uri(text) else None
     try:

@@ -25,6 +25,8 @@ from raystream.models.checkpoint import CheckpointError, initialise
 from raystream.tracking import client as make_client
 from raystream.tracking import events, inputs, logged_model, mirror, registry, start_run
 from raystream.tracking.store import prepare_store
+from raystream.train import eval_target
+from raystream.train.eval_job import read_model_state
 from raystream.train.preflight import check_backbone_init, stream_plan
 
 
@@ -166,6 +168,10 @@ def test_a_checkpoint_is_a_logged_model_that_mlflow_and_raystream_load(store, tm
     done = initialise(target, f"models:/{model.model_id}")
     assert done is not None and "into the model" in done.line
     assert all(torch.equal(target.state_dict()[k], v) for k, v in state.items())
+    evaluated = eval_target.resolve(f"models:/{model.model_id}")  # `raystream eval models:/<model_id>`
+    assert evaluated.step == 4 and evaluated.mlflow_run_id == run_id and evaluated.tracking_uri == uri
+    assert all(torch.equal(v, state[k]) for k, v in read_model_state(evaluated.checkpoint).items())
+    assert eval_target.run_config(evaluated, [])[0].scenario.name == cfg.scenario.name
 
 
 def test_a_registered_start_is_a_backbone_init_and_missing_ones_are_named(store, tmp_path, monkeypatch):

@@ -157,6 +157,25 @@ def test_mlflow_run_holds_params_metrics_and_artifacts(ddp, workdir):
     assert "run_name: ddp" in config_yaml and "batch_size: 4" in config_yaml
 
 
+def test_a_run_starts_from_a_logged_model_and_registers_its_own(ddp, tiny, workdir):
+    """`scenario.backbone.init=models:/<model_id>` (the ddp run's final LoggedModel) loads in the workers from the
+    tracking server (the node cache), and `fit(register=...)` (pretrain-start's path) makes the run's final model a
+    registered version with an alias, which a third config names as `models:/<name>@<alias>` (issue 62)."""
+    from raystream.train.preflight import check_backbone_init
+
+    client = make_client(workdir["mlflow"])
+    (final,) = [m for m in client.search_logged_models(
+        [client.get_run(ddp["mlflow_run_id"]).info.experiment_id],
+        filter_string=f"source_run_id = '{ddp['mlflow_run_id']}'") if m.name == "ddp"]
+    cfg = tiny("trainer.num_workers=1", "trainer.max_steps=2", f"scenario.backbone.init=models:/{final.model_id}")
+    got = fit(cfg, run_name="from_model", register={"name": "raystream-test-start", "alias": "s3"})
+    assert final.model_id in client.get_run(got["mlflow_run_id"]).data.tags["raystream.init"]
+    version = client.get_model_version_by_alias("raystream-test-start", "s3")
+    assert version.run_id == got["mlflow_run_id"]
+    again = tiny("scenario.backbone.init=models:/raystream-test-start@s3")
+    assert "into the model" in check_backbone_init(again, say=False)
+
+
 def test_the_node_logs_its_cpu_memory_and_network_once_per_sample(ddp, workdir):
     """MLflow system metrics (raystream/train/node_metrics.py), on in the ddp run: one process per node samples."""
     client = make_client(workdir["mlflow"])

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from raystream.bench import checks, flops, throughput
+from raystream.bench import checks, flops, report, throughput
 from raystream.bench.main import compile_decision, main as bench_main, model_compile_phase
 from raystream.bench.trainee import Budget
 from raystream.config import compose
@@ -63,6 +63,12 @@ def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
     assert c["eager"]["steps_per_s"] == r["from_memory_steps_per_s"] and c["eager"]["peak_memory_bytes"] > 0
     assert c["eager"]["mfu"] == r["from_memory_mfu"]
     assert c["compiled"]["skipped"].startswith("time budget 300 s < 600 s") and "compiled_over_eager" not in c
+    # without --peak-tflops a CPU has no peak: FLOPs and TFLOP/s printed, MFU unknown (the same figures)
+    no_peak = {**r, "peak_tflops": None, "peak_source": flops.peak_tflops(torch.device("cpu"))[1],
+               "from_memory_mfu": None, "live_mfu": None, "model_compile": {**c, "eager": {**c["eager"], "mfu": None}}}
+    printed = report.table(no_peak)
+    assert "no bf16 peak is known for a CPU: MFU unknown (pass --peak-tflops)" in printed
+    assert printed.count("unknown (pass --peak-tflops)") == 4, printed  # the line, both feeds, the eager model
     # decode workers: the counts swept are 1, 2, 4, ... up to the cores; the answer is one of them, or none
     cores = len(os.sched_getaffinity(0))
     swept = [int(w) for w in r["decode_workers_sweep"]]
@@ -116,6 +122,12 @@ def test_cuda_on_a_machine_without_it_is_a_named_error(demo, capsys):
     err = capsys.readouterr().err
     assert "--device cuda" in err and "sees no CUDA device" in err and "--device cpu" in err
     assert not (demo / "cuda.json").exists()
+
+
+def test_a_peak_that_is_not_positive_fails_before_measuring(demo, capsys):
+    rc = bench_main(compose(_tiny(demo)), device="cpu", steps=1, peak_tflops=-1.0)
+    assert rc == 2
+    assert "raystream bench: --peak-tflops -1.0: expected a peak > 0 (TFLOP/s)" in capsys.readouterr().err
 
 
 def test_an_unwritable_json_path_fails_before_measuring(demo, capsys):

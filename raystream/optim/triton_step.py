@@ -34,7 +34,7 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import chain, groupby
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -178,7 +178,7 @@ class Plan:
 
     def refresh_grads(self, grads: Sequence[Tensor], params: Sequence[Tensor]) -> None:
         """The gradients' offset table (and vector width), rebuilt when their addresses changed."""
-        ptrs = [g.data_ptr() for g in grads]
+        ptrs = list(map(Tensor.data_ptr, grads))
         if ptrs == self.grad_ptrs:
             return
         for g, p in zip(grads, params):
@@ -219,27 +219,30 @@ class TritonStep:
 
 def _segments(params: Sequence[Tensor], groups: Sequence, fresh: Sequence[bool], first_grad: bool,
               block: int) -> List[Segment]:
-    weights = [1.0 if new and first_grad else 1.0 - group.orth_beta for group, new in zip(groups, fresh)]
-    keys = [(id(group), p.dtype, w) for group, p, w in zip(groups, params, weights)]
+    """Runs of parameters of one param group, one dtype and one EMA weight (first_grad: a fresh EMA takes g_1)."""
+    keys = [(id(group), p.dtype, new and first_grad) for group, p, new in zip(groups, params, fresh)]
     out, i, b = [], 0, 0
     for _, members in groupby(keys):
         n = len(list(members))
         nb = sum(-(-params[j].numel() // block) for j in range(i, i + n))
-        out.append(Segment(i, i + n, b, b + nb, groups[i], weights[i]))
+        out.append(Segment(i, i + n, b, b + nb, groups[i], 0.0))
         i, b = i + n, b + nb
     return out
 
 
 def _plan(state: TritonStep, params, emas, exp_avgs, exp_avg_sqs, groups, fresh, first_grad) -> Plan:
-    segments = _segments(params, groups, fresh, first_grad, state.block)
-    key = (tuple((s.first, s.last, s.ema_weight) for s in segments),
-           tuple(x.data_ptr() for xs in (params, emas, exp_avgs, exp_avg_sqs) for x in xs),
-           tuple(p.numel() for p in params))
+    """The plan of this layout (rebuilt when a tensor moved or the groups changed), with this step's
+    hyper-parameters. Its key is what a step can compute cheaply (C-level maps: a few microseconds per hundred
+    tensors)."""
+    key = (list(map(Tensor.data_ptr, chain(params, emas, exp_avgs, exp_avg_sqs))), list(map(Tensor.numel, params)),
+           [len(list(run)) for _, run in groupby(groups, key=id)], list(fresh) if first_grad else None)
     plan = state.plan
     if plan is None or plan.key != key:
-        plan = state.plan = Plan(key, params, emas, exp_avgs, exp_avg_sqs, segments, state.block)
-    for seg, now in zip(plan.segments, segments):  # the AdamWGroup of this step (lr, weight decay may have moved)
-        seg.group = now.group
+        plan = state.plan = Plan(key, params, emas, exp_avgs, exp_avg_sqs,
+                                 _segments(params, groups, fresh, first_grad, state.block), state.block)
+    for seg in plan.segments:  # this step's hyper-parameters (lr, weight decay, orth_beta may have moved)
+        seg.group = groups[seg.first]
+        seg.ema_weight = 1.0 if first_grad and fresh[seg.first] else 1.0 - seg.group.orth_beta
     return plan
 
 

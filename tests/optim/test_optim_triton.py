@@ -290,3 +290,29 @@ def test_kernels_compile_for_a_hopper_gpu_with_vector_loads():
         assert update.count("ld.global.v4") >= 5 and update.count("st.global.v4") >= 4, p_type
     ptx(K.segment_kernel, {"partial": "*fp32", "first_block": "*i64", "blocks": "*i64", "out": "*fp32"},
         {"CHUNK": 256}, 4)
+
+
+@needs_triton
+@in_interpreter
+@pytest.mark.parametrize("projection", ["global", "per_tensor"])
+def test_schedules_and_a_reset_ema_reach_the_fused_step(projection):
+    """lr, weight decay and orth_beta moved between steps (schedules), and the EMA dropped mid-run (a video
+    boundary: new EMA tensors, a step without projection): the fused step follows, as the reference does."""
+    runs = []
+    for triton, foreach in ((True, None), (False, False)):
+        params = _params(torch.float32)
+        opt = OrthogonalAdamW(_groups(params), projection=projection, triton=triton, foreach=foreach)
+        for i, grads in enumerate(correlated_gradients(SHAPES, 6)):
+            opt.param_groups[0]["lr"] = 0.01 * (1 + i) / 6
+            opt.param_groups[0]["weight_decay"] = 0.1 * (6 - i) / 6
+            opt.param_groups[1]["orth_beta"] = 0.5 + 0.05 * i
+            if i == 3:
+                opt.reset_orthogonal_state()
+            for p, g in zip(params, grads):
+                p.grad = g.float()
+            opt.step()
+        runs.append(params)
+        if triton:
+            assert opt.fused_step.summary() == "ran fused (Triton, 6 steps)"
+    for a, b in zip(*runs):
+        torch.testing.assert_close(a, b, rtol=2e-6, atol=2e-7)

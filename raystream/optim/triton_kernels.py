@@ -23,8 +23,10 @@ tensor of its dtype (`p_base`: the segment's first parameter, for theta, g, m, v
 a kernel argument that Triton knows to be 16-byte aligned; where every tensor is (the host checks), VEC_P / VEC_C
 (16 bytes in elements) tell the compiler so, and each thread loads and stores 16 bytes at a time. That also needs
 a mask the compiler knows to be constant over each vector: a block wholly inside its tensor (all but a tensor's
-last) runs with an all-true mask, the last block with the real one (`_block`, then one of two calls of a body). Importing this module imports Triton: with TRITON_INTERPRET=1 set before that import,
-the kernels run on CPU tensors in Triton's interpreter (the tests do so in a child process).
+last) runs with an all-true mask, the last block with the real one (`_block`, then one of two calls of a body).
+
+Importing this module imports Triton: with TRITON_INTERPRET=1 set before that import, the kernels run on CPU
+tensors in Triton's interpreter (the tests do so in a child process).
 """
 
 from __future__ import annotations

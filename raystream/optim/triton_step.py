@@ -1,5 +1,5 @@
 """Orthogonal-AdamW's step as two Triton kernels (triton_kernels.py): `triton_orthogonal_adamw`, the `impl="triton"`
-of `orthogonal_adamw`, and what it keeps between steps (`TritonStep`); `runs_on` says where it can run.
+of `orthogonal_adamw`, and what it keeps between steps (`TritonStep`); `why_not` says where it cannot run.
 
 Why: the eager multi-tensor step copies g and c into a flat buffer, projects, runs torch's fused AdamW on u_t and
 advances c: about 19 words of memory traffic a parameter, 3.2x torch's fused AdamW on ViT-L on an H200; the compiled
@@ -19,10 +19,11 @@ A step, per segment (a run of parameters of one param group, one dtype and one E
 
 The kernels address every tensor through tables of offsets from a base tensor (int64) and a block table (`Plan`),
 built once per layout and rebuilt when a tensor moved (a restored checkpoint, a reset EMA); the gradients' table is
-refreshed when their addresses change. Every tensor must be contiguous (else the step falls back, saying why); parameters fp32, bf16 or fp16 (their EMA fp32, m and v in
-the parameter's dtype: the state of the other implementations, so checkpoints are interchangeable), on one device.
+refreshed when their addresses change. Every tensor must be contiguous (else the step falls back, saying why);
+parameters fp32, bf16 or fp16 (their EMA fp32, m and v in the parameter's dtype: the state of the other
+implementations, so checkpoints are interchangeable), on one device.
 
-Where it runs (`runs_on`): on CUDA where Triton is installed; on CPU tensors only in Triton's interpreter
+Where it runs (`why_not`): on CUDA where Triton is installed; on CPU tensors only in Triton's interpreter
 (TRITON_INTERPRET=1 set before Triton is imported, as tests/optim/test_optim_triton.py does in a child process).
 Importing this module does not import Triton (a CPU run never pays it); the first step does.
 """
@@ -58,12 +59,6 @@ def installed() -> bool:
 def interpreting() -> bool:
     """Whether Triton's interpreter is on for this process (TRITON_INTERPRET, read as Triton reads it)."""
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
-def runs_on(device: torch.device) -> bool:
-    """Whether the fused step can run on tensors of `device`: CUDA with Triton installed, or any device under
-    Triton's interpreter."""
-    return installed() and (device.type == "cuda" or interpreting())
 
 
 def why_not(params: Sequence[Tensor], projection: str) -> Optional[str]:
@@ -200,10 +195,6 @@ class TritonStep:
         self.plan: Optional[Plan] = None
         self.steps = 0
         self.eager_reason = ""
-
-    def reset(self) -> None:
-        """Drop the tables (they hold addresses only; rebuilt at the next step)."""
-        self.plan = None
 
     def fall_back(self, reason: str) -> None:
         """A kernel failed to build: say so once on stderr; the optimizer runs its eager step from here on."""

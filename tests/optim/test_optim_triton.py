@@ -203,7 +203,8 @@ def test_a_layout_it_cannot_take_falls_back_to_the_eager_step_once_said(capfd):
     step, now and from then on, with the same result; triton=True raises instead, before changing anything."""
     def make():
         gen = torch.Generator().manual_seed(0)
-        return [torch.nn.Parameter(torch.randn(5, 7, generator=gen).t()), torch.nn.Parameter(torch.randn(4, generator=gen))]
+        return [torch.nn.Parameter(torch.randn(5, 7, generator=gen).t()),
+                torch.nn.Parameter(torch.randn(4, generator=gen))]
 
     fused, eager = make(), make()
     opt, ref = OrthogonalAdamW(fused), OrthogonalAdamW(eager, triton=False)

@@ -115,10 +115,11 @@ def test_heldout_videos_and_the_probe_set_are_inputs_of_their_own(store, videos,
 def _checkpoint(tmp_path, cfg, step: int):
     """A checkpoint directory as rank 0 writes it (model.pt, meta.json) with random weights of `cfg`'s model."""
     model = build_scenario(cfg.scenario, cfg.stream, seed=3).model
-    where = tmp_path / f"checkpoint_{step:06d}"
+    where = tmp_path / f"checkpoint_{step:08d}"
     where.mkdir(parents=True)
     torch.save(model.state_dict(), where / "model.pt")
-    (where / "meta.json").write_text(json.dumps({"next_step": step + 1}))
+    sizes = {"model.pt": (where / "model.pt").stat().st_size}  # complete: every file it lists is there
+    (where / "meta.json").write_text(json.dumps({"next_step": step + 1, "file_sizes": sizes}))
     return where, model.state_dict()
 
 
@@ -196,3 +197,58 @@ def test_a_registered_start_is_a_backbone_init_and_missing_ones_are_named(store,
     registry.use(uri)  # the check above pointed this process at the server that is away
     with pytest.raises(CheckpointError, match="models:/nothing.*no such model"):
         initialise(target, "models:/nothing")
+
+
+def test_a_model_waits_in_the_record_while_the_store_is_away_and_is_written_once_after(store, tmp_path):
+    """A tracking outage at the run's end: the model event stays in the record (the mirror's mark before it), and
+    `raystream tracking upload` writes one model when the store answers."""
+    from omegaconf import OmegaConf  # the run's config as the driver records it
+
+    uri, client = store
+    cfg = compose([])
+    run_id = start_run(client, experiment="native", uri=uri, run_name="outage")
+    path = str(tmp_path / "run" / events.FILE_NAME)
+    where, _ = _checkpoint(tmp_path / "run", cfg, 2)
+    record = events.Record(path)
+    record.append([events.opened(run_id, "http://127.0.0.1:9"),  # the store the run wrote to is away
+                   *logged_model.model_events(run_id, "outage", OmegaConf.to_container(cfg, resolve=True), path,
+                                              [(str(where), 2, True)]),
+                   events.end(run_id, "FINISHED")])
+    record.close()
+    with pytest.raises(Exception):
+        mirror.mirror_now(path)
+    assert [e["kind"] for e in events.Record(path).pending()] == ["model", "end"]
+    assert mirror.main(path, tracking_uri=uri) == 0
+    assert mirror.main(path, tracking_uri=uri) == 0  # a second upload: nothing new
+    exp = client.get_run(run_id).info.experiment_id
+    (model,) = client.search_logged_models([exp], filter_string=f"source_run_id = '{run_id}'")
+    assert str(model.status) == "READY" and client.get_run(run_id).info.status == "FINISHED"
+
+
+def test_pretrain_start_registers_a_start_cached_before_registration(store, tmp_path, monkeypatch):
+    """`raystream pretrain-start` with a start made before starts were registered (its start.json holds no
+    `registered`): the command trains nothing and registers the start's final checkpoint as
+    `raystream-table1-start` alias `s<seed>` through the start's record; start.json then says so."""
+    from raystream.train import start
+
+    uri, client = store
+    monkeypatch.setenv("RAYSTREAM_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = compose([f"+experiment={start.EXPERIMENT}", f"trainer.storage_path={tmp_path}", "trainer.seed=5",
+                   f"mlflow.tracking_uri={uri}", "eval.dataset=null", "eval.metrics=[]"])
+    home = start.start_dir(cfg)
+    run_id = start_run(client, experiment="native", uri=uri, run_name=str(cfg.trainer.run_name))
+    _, state = _checkpoint(home, cfg, 9)
+    record = events.Record(events.path_in(str(home)))
+    record.append([events.opened(run_id, uri), events.metrics(run_id, 9, {"eval/knn_top1": 0.7}, 5000)])
+    record.close()
+    (home / start.RECORD).write_text(json.dumps({"path": str(home), "config_hash": start.config_hash(cfg),
+                                                 "steps": 10, "mlflow_run_id": run_id, "metrics": {}}))
+    found = start.ensure_start(cfg)
+    assert found["registered"] == "models:/raystream-table1-start@s5"
+    assert json.loads((home / start.RECORD).read_text())["registered"] == found["registered"]
+    version = client.get_model_version_by_alias("raystream-table1-start", "s5")
+    assert version.run_id == run_id
+    registry.use(uri)
+    target = build_scenario(cfg.scenario, cfg.stream, seed=0).model
+    initialise(target, "models:/raystream-table1-start@s5")
+    assert all(torch.equal(target.state_dict()[k], v) for k, v in state.items())

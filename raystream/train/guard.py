@@ -30,10 +30,13 @@ elsewhere Ray's own reaper process is all there is.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
+import subprocess
 import sys
 import time
+import uuid
 from typing import Dict, Iterable, Optional, Set
 
 TOKEN_ENV = "RAYSTREAM_RUN_GUARD"  # in the environment of every process of a guarded run
@@ -52,10 +55,6 @@ def guard_local_ray() -> Optional[str]:
     """Before `ray.init` starts a local cluster in this process: start its guard (once per process; module
     docstring) and mark the environment Ray's processes inherit. The token, or None where there is no /proc."""
     global _guard
-    import atexit
-    import subprocess
-    import uuid
-
     if _guard is not None and _guard[2] == os.getpid():
         return os.environ.get(TOKEN_ENV)
     if not os.path.isdir("/proc/self"):
@@ -88,7 +87,7 @@ def release(timeout_s: float = RELEASE_S) -> None:
     os.close(write_end)
     try:
         proc.wait(timeout=timeout_s)
-    except Exception:  # subprocess.TimeoutExpired: it goes on alone
+    except subprocess.TimeoutExpired:  # it goes on alone
         pass
 
 

@@ -45,7 +45,7 @@ def evaluate(cfg, target: str, step_hooks=None):
     return eval_job.run(cfg, eval_job.prepare(cfg, target), step_hooks)
 
 
-def test_eval_job_on_two_workers_matches_one_process_and_reuses_its_features(trained, tiny, workdir):
+def test_eval_job_on_two_workers_matches_one_process_and_reuses_its_features(trained, tiny, workdir, capsys):
     cfg = tiny("trainer.num_workers=2", *PROBE)
     first = evaluate(cfg, trained["run_dir"])
     source = load_probe_source(cfg.data, cfg.stream, cfg.eval)  # the demo probe set: fewer than 24 per split
@@ -66,11 +66,15 @@ def test_eval_job_on_two_workers_matches_one_process_and_reuses_its_features(tra
     latest = max(history, key=lambda m: (m.step, m.timestamp))
     assert (latest.step, latest.value) == (3, pytest.approx(first["eval/knn_top1"]))
     assert run.data.tags[eval_job.TAG_EVAL + "default"] == trained["checkpoint_path"]
-    # a second evaluation of the checkpoint (given as its directory) under the same protocol encodes nothing
-    second = evaluate(cfg, trained["checkpoint_path"])
-    assert second["extracted"] == 0
-    assert {k: v for k, v in second.items() if k.startswith("eval/")} == \
-        {k: v for k, v in first.items() if k.startswith("eval/")}
+    # a second evaluation of the checkpoint (given as its directory) under the same protocol encodes nothing; as
+    # the command runs it (the run's recorded config, the overrides on top), saying what it runs
+    capsys.readouterr()
+    assert eval_job.main(cfg, trained["checkpoint_path"], overrides=["trainer.num_workers=2", *PROBE]) == 0
+    out = capsys.readouterr().out
+    assert f"{trained['checkpoint_path']} (step 3), eval.protocol=default: probes knn, linear, 2 worker(s)" in out
+    assert "0 samples encoded" in out
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in sorted(first.items()) if k.startswith("eval/"))
+    assert shown in out.splitlines()
 
 
 def test_a_probe_longer_than_the_collective_timeout_trips_nothing(trained, tiny, long_probe):

@@ -36,7 +36,7 @@ import os
 import sys
 from dataclasses import dataclass
 from itertools import chain, groupby
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Set, Tuple
 
 import torch
 from torch import Tensor
@@ -195,6 +195,7 @@ class TritonStep:
         self.plan: Optional[Plan] = None
         self.steps = 0
         self.eager_reason = ""
+        self.built: Set[tuple] = set()  # the variants of pass 2 compiled (or checked) so far
 
     def fall_back(self, reason: str) -> None:
         """A kernel failed to build: say so once on stderr; the optimizer runs its eager step from here on."""
@@ -260,14 +261,18 @@ def triton_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: Lis
     from raystream.optim import triton_kernels  # imports Triton (first step only)
 
     state = state if state is not None else TritonStep()
-    applied: List[Segment] = []  # segments whose pass 2 was queued: a failure after the first is a partial step
+    applied: List[tuple] = []  # segments whose pass 2 was queued: a failure after the first is a partial step
     try:
         plan = _plan(state, params, emas, exp_avgs, exp_avg_sqs, groups, fresh, orth_init == "first_grad")
         plan.refresh_grads(grads, params)
         k, gc, cc = _coefficients(triton_kernels, plan, fresh, projection)
-        for seg, p_base, c_base in zip(plan.segments, plan.p_bases, plan.c_bases):
-            _update(triton_kernels, plan, seg, p_base, c_base, steps, k, projection, with_update_norm)
-            applied.append(seg)
+        launches = [_pass_2(plan, seg, p_base, c_base, steps, k, projection, with_update_norm)
+                    for seg, p_base, c_base in zip(plan.segments, plan.p_bases, plan.c_bases)
+                    if seg.block1 > seg.block0]
+        _build(triton_kernels, state, launches)
+        for grid, args, keywords in launches:
+            triton_kernels.update_kernel[grid](*args, **keywords)
+            applied.append(grid)
     except KernelBuildError:
         raise
     except Exception as e:  # Triton's compiler and launcher raise errors of their own and of the builtins
@@ -301,17 +306,26 @@ def _coefficients(K, plan: Plan, fresh, projection: str) -> Tuple[Tensor, Tensor
     return safe_ratio(gc, cc), gc, cc
 
 
-def _update(K, plan: Plan, seg: Segment, p_base: Tensor, c_base: Tensor, steps, k: Tensor, projection: str,
-            with_update_norm: bool) -> None:
-    """Pass 2 of one segment, with its tensors' bias corrections."""
-    if seg.block1 == seg.block0:
-        return
+def _pass_2(plan: Plan, seg: Segment, p_base: Tensor, c_base: Tensor, steps, k: Tensor, projection: str,
+            with_update_norm: bool) -> Tuple[tuple, tuple, dict]:
+    """(grid, arguments, keywords) of one segment's pass 2, with its tensors' bias corrections."""
     group = seg.group
     step_size, inv_bc2 = _bias_corrections(steps[seg.first:seg.last], group.lr, group.beta1, group.beta2,
                                            p_base.device)
-    K.update_kernel[(seg.block1 - seg.block0,)](
-        p_base, c_base, plan.p, plan.g, plan.c, plan.m, plan.v, step_size, inv_bc2, plan.block_tensor,
-        plan.block_start, plan.numel, k, plan.uu, seg.block0, seg.first,
-        1.0 - float(group.lr) * float(group.weight_decay), float(group.beta1), float(group.beta2), float(group.eps),
-        float(seg.ema_weight), PER_TENSOR=projection == "per_tensor", MAXIMIZE=bool(group.maximize),
-        WITH_UU=with_update_norm, VEC_P=seg.vec_p, VEC_C=seg.vec_c, BLOCK=plan.block, num_warps=NUM_WARPS)
+    args = (p_base, c_base, plan.p, plan.g, plan.c, plan.m, plan.v, step_size, inv_bc2, plan.block_tensor,
+            plan.block_start, plan.numel, k, plan.uu, seg.block0, seg.first,
+            1.0 - float(group.lr) * float(group.weight_decay), float(group.beta1), float(group.beta2),
+            float(group.eps), float(seg.ema_weight))
+    keywords = dict(PER_TENSOR=projection == "per_tensor", MAXIMIZE=bool(group.maximize), WITH_UU=with_update_norm,
+                    VEC_P=seg.vec_p, VEC_C=seg.vec_c, BLOCK=plan.block, num_warps=NUM_WARPS)
+    return (seg.block1 - seg.block0,), args, keywords
+
+
+def _build(K, state: TritonStep, launches) -> None:
+    """Compile every variant of pass 2 this step launches before the first runs (`warmup`: built, not run), so that
+    a kernel Triton cannot build fails the step before any segment is updated."""
+    for grid, args, keywords in launches:
+        variant = (args[0].dtype, args[1].dtype, *sorted(keywords.items()))
+        if variant not in state.built:
+            K.update_kernel.warmup(*args, grid=grid, **keywords)
+            state.built.add(variant)

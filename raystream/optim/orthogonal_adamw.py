@@ -1,5 +1,6 @@
 """Orthogonal-AdamW, the paper's Algorithm 2 (Han et al., "Learning from Streaming Video with Orthogonal Gradients",
-CVPR 2025), whole: the class, its state, the dispatch and the three implementations of one step.
+CVPR 2025), whole: the class, its state, the dispatch and three implementations of one step (the fourth, two Triton
+kernels, in triton_step.py and triton_kernels.py).
 
 Algorithm 2's lines, as `single_tensor_orthogonal_adamw` runs them (raw gradient g_t, c an EMA of past RAW
 gradients with factor beta = `orth_beta`, AdamW's m, v, theta):
@@ -26,7 +27,8 @@ where `step()` sees them: after DDP has all-reduced (averaged) them, so every wo
 Shaped like torch.optim.adamw: `_init_group` gathers plain lists of `self.state[p]`'s own tensors ("step",
 "exp_avg", "exp_avg_sq", "orth_ema") and `orthogonal_adamw` dispatches them to one implementation of the step:
 `single_tensor_orthogonal_adamw` (the lines above: the reference), `multi_tensor_orthogonal_adamw` (a few
-whole-model ops, then torch's fused AdamW kernel on u_t) or `compiled_orthogonal_adamw` (two compiled passes).
+whole-model ops, then torch's fused AdamW kernel on u_t), `compiled_orthogonal_adamw` (two compiled passes) or
+`triton_orthogonal_adamw` (two Triton kernels; the default on CUDA).
 """
 
 from __future__ import annotations

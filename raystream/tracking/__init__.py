@@ -10,6 +10,9 @@
     grad_cosine_plots(series, out_dir)                     # the paper's Figures 1 and 3
     prepare_store(uri, create=True)  # before Ray starts: reachable, writable, a new sqlite store fully created
     report.main(experiment=, parent=, out=)                # `raystream report`: a sweep's table from MLflow
+    inputs.input_events(cfg, run, videos, needs)           # the run's videos as MLflow dataset inputs (digest)
+    logged_model.model_events(...) / .log(...)             # checkpoints as LoggedModels; a start registered
+    registry.resolve("models:/<name>@<alias>")             # a models:/ start, fetched into the node's cache
 Metric, tag and artifact names: raystream/tracking/names.py.
 """
 

@@ -13,8 +13,10 @@ Drift (same steps as eval/*, and at the end): drift/params (||θ_t - θ_0|| / ||
     (DoRA: drift/teacher_backbone).
 Tags: raystream.run_name, raystream.run_dir (the Ray Train run directory: checkpoints), raystream.status,
     raystream.error (why a run failed), raystream.warning.
-Artifacts: config.yaml (resolved config), plots/grad_cosine.png, plots/grad_cosine_hist.png, checkpoint/model.pt,
-    checkpoint/meta.json.
+Artifacts: config.yaml (resolved config), plots/grad_cosine.png, plots/grad_cosine_hist.png.
+MLflow objects (tracking/inputs.py, tracking/logged_model.py): dataset inputs (context training / heldout / probe),
+    LoggedModels of the final and the kept evaluation checkpoints (tag raystream.step), registered starts
+    (raystream-table1-start, alias s<seed>).
 Sweeps (written by the sweep's driver and its trials, read by `raystream report`):
     parent run tags raystream.role=sweep, raystream.sweep, raystream.sweep_run, raystream.grid (JSON of the axes
     that ran), raystream.sample, raystream.command, raystream.trials_<finished|failed|unfinished>,
@@ -149,7 +151,6 @@ def is_seed_key(key: str) -> bool:
 
 ARTIFACT_CONFIG = "config.yaml"
 ARTIFACT_PLOTS_DIR = "plots"
-ARTIFACT_CHECKPOINT_DIR = "checkpoint"
 ARTIFACT_SKIPPED_VIDEOS = "skipped_videos.json"  # data.on_bad_video=skip: [{"video", "reason"}] of the videos left out
 TAG_SKIPPED_VIDEOS = "raystream.skipped_videos"  # how many (the artifact lists which and why)
 

@@ -135,7 +135,8 @@ def test_a_run_whose_disk_fills_fails_once_naming_it(small_disk, ray_cluster, ti
     assert cli_main(["train", *overrides]) == 1
     run_dir = storage / f"full{workers}"
     record = [json.loads(line) for line in (run_dir / events.FILE_NAME).read_text().splitlines()]
-    assert sum(e["kind"] == "open" for e in record) == 2  # rank 0's writer once (no restart), the driver's end
+    # the driver's start (the dataset inputs), rank 0's writer once (no restart), the driver's end
+    assert sum(e["kind"] == "open" for e in record) == 3
     run_id = json.loads((run_dir / "raystream_run.json").read_text())["mlflow_run_id"]
     got = make_client(workdir["mlflow"]).get_run(run_id)
     assert got.info.status == "FAILED" and "no space left to write" in got.data.tags["raystream.error"]

@@ -172,7 +172,10 @@ def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(
         mlflow_run = client.get_run(run_id)
         assert mlflow_run.info.status == "FINISHED" and mlflow_run.data.tags["raystream.status"] == "finished"
         logged = {a.path for a in client.list_artifacts(run_id)}
-        assert {"config.yaml", "plots", "checkpoint"} <= logged  # the run's end waited with its metrics
+        assert {"config.yaml", "plots"} <= logged  # the run's end waited with its metrics, and its model:
+        models = client.search_logged_models([mlflow_run.info.experiment_id],
+                                             filter_string=f"source_run_id = '{run_id}'")
+        assert [(m.name, str(m.status)) for m in models] == [("outage", "READY")]
         assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == list(range(6))
         assert events.Record(path).pending() == []  # the record stays, mirrored in full
 

@@ -34,7 +34,9 @@ class TrainerConfig:
     # (on CUDA only; a CPU stays eager: compiling there costs about a minute and was not measured faster).
     compile: Any = "auto"
     find_unused_parameters: bool = False  # DDP flag, for scenarios whose forward skips some parameters
-    log_checkpoint_artifact: bool = True  # log the final model.pt to MLflow
+    # the final checkpoint (and each kept one an evaluation was made at) as MLflow LoggedModels of the run: null = for
+    # a single run (`raystream train`) and not for a sweep's trials; true / false = for every run / none
+    log_checkpoint_artifact: Optional[bool] = None
     ray_log_level: str = "WARNING"  # Ray Train's own log level (INFO shows every report and checkpoint)
     seed: int = 0
     correlation_steps: int = 4  # pairs of consecutive batches measured at run start (raystream/train/correlation.py,

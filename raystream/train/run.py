@@ -162,7 +162,8 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     model's start checkpoint once, before Ray starts); None reads and checks it here.
     `step_hooks`: faults a test injects from outside the step (`raystream.train.faults.Faults`), or None.
     `register`: {name, alias}: the final checkpoint becomes a version of that registered MLflow model, with the alias
-    (`raystream pretrain-start`), whatever `trainer.log_checkpoint_artifact` says.
+    (`raystream pretrain-start`), whatever `trainer.log_checkpoint_artifact` says (null: models for a run, not for
+    a sweep's trial, `mlflow_parent_run_id` set).
     Returned keys: `loss` (mean over the last report window), `eval/*` (final evaluation and in-stream averages),
     `step`, `steps_done`, `start_step` (step the last attempt started at: > 0 after a restart or resume),
     `mlflow_run_id`, `run_name`, `run_dir`, `checkpoint_path`.
@@ -224,7 +225,9 @@ def _fit(cfg: DictConfig, name: str, storage, run_dir, callbacks, mlflow_parent_
                                 "measure_correlation": int(cfg.trainer.correlation_steps) > 0 and not info})
         result = trainer.fit()
         signals.raise_if_signalled(received)  # SIGTERM: Ray Train aborted the run gracefully
-        return _finish(cfg, name, storage, run_dir, uri, run_id, record, result, register)
+        log_model = cfg.trainer.log_checkpoint_artifact  # null: a single run logs its models, a sweep's trial not
+        log_model = mlflow_parent_run_id is None if log_model is None else bool(log_model)
+        return _finish(cfg, name, storage, run_dir, uri, run_id, record, result, register, log_model)
 
 
 def _open_mlflow_run(cfg: DictConfig, name: str, run_dir, info: Dict[str, Any], uri: str,
@@ -297,7 +300,7 @@ def _trainer(cfg: DictConfig, name: str, storage, run_dir, callbacks, run: Dict[
 
 
 def _finish(cfg: DictConfig, name: str, storage, run_dir, uri: str, run_id: str, record: str,
-            result, register: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+            result, register: Optional[Dict[str, str]] = None, log_model: bool = True) -> Dict[str, Any]:
     """The run's final metrics from Ray Train's `result` (a divergence or a full disk the workers returned is
     raised here, once, without a retry), its MLflow run ended through the record, the checkpoints beyond those
     kept pruned."""
@@ -309,7 +312,7 @@ def _finish(cfg: DictConfig, name: str, storage, run_dir, uri: str, run_id: str,
     final = dict(result.return_value or result.metrics or {})
     final.update(mlflow_run_id=run_id, run_name=name, run_dir=storage.uri_of(str(result.path)),
                  checkpoint_path=storage.uri_of(result.checkpoint.path) if result.checkpoint is not None else None)
-    end = run_end(cfg, run_id, final["checkpoint_path"], bool(cfg.trainer.log_checkpoint_artifact), record=record,
+    end = run_end(cfg, run_id, final["checkpoint_path"], log_model, record=record,
                   kept=[storage.uri_of(c.path) for c, _ in result.best_checkpoints or []], register=register)
     try:
         finish_run(uri, run_id, record, end)

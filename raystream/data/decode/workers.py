@@ -8,10 +8,11 @@ once.
 
 Which kind (`data.decode_backend`, `choose_backend`): threads and processes run the same jobs through the same
 `Router` and decode the same frames, so the batches never depend on the kind or the number of workers. Every
-decoder releases the interpreter lock (GIL) for nearly all of a decode: a thread decoding 224 px clips held it
-for 1-5 % of its samples (py-spy --gil, 2026-11-28: torchcodec 1 %, PyAV 2-5 %, decord 4 %; GIL_SHARE), so a few
-threads overlap as well as processes do and start at no cost. Many workers beside a trainer whose Python holds
-the lock queue for it between decoder calls, so `auto` takes processes (shared memory, processes.py) from
+decoder releases the interpreter lock (GIL) for nearly all of a decode: one thread decoding frames at 224 px held
+it for 0-1 % of py-spy's samples with torchcodec, 0.4-4 % with decord and 2-7 % with PyAV (`py-spy record --gil`,
+1080p H.264 and a 256 px demo video, 2026-11-28; docs/benchmarks.md), so a few threads overlap as well as processes
+do, and start at no cost. Many workers beside a trainer whose Python holds the lock queue for it between decoder
+calls (16 workers at 4-7 % want most of it), so `auto` takes processes (shared memory, processes.py) from
 PROCESSES_FROM workers on, and always threads where frames are decoded on the GPU (NVDEC: the frames land in this
 process's device memory, and a second NVDEC worker did not help, docs/benchmarks.md).
 
@@ -38,8 +39,6 @@ from raystream.data.decode.plan import Job
 _CHUNK = 64  # frames per reader call
 DECODE_BACKENDS = ("auto", "threads", "processes")  # the values data.decode_backend takes
 PROCESSES_FROM = 4  # auto: decode workers from this many on are processes (on the CPU)
-GIL_SHARE = {"decord": 0.04, "torchcodec": 0.01, "pyav": 0.05}  # measured (module docstring): the lock's share of
-# a decode thread's time, at 224 px from 256 px and 1080p H.264
 
 
 def choose_backend(requested: str, workers: int, device: str = "cpu") -> str:

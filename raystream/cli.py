@@ -190,7 +190,9 @@ def _add_bench(sub) -> argparse.ArgumentParser:
                         "step) and the paper's probe evaluations estimated from them; no experiment config used")
     b.add_argument("--decoders", action="store_true",
                    help="frames/s of the stream with each installed decoder (torchcodec CPU and CUDA, decord, PyAV), "
-                        "1 and 2 decode workers, on a demo video and a 1080p H.264 file; no experiment config used")
+                        "1 and 2 decode workers, on a demo video and a 1080p H.264 file; then 1, 2, 4, 8 and 16 "
+                        "workers (up to the cores) as threads and processes, their ratios to one worker and the "
+                        "bytes each clip is copied; no experiment config used")
     return b
 
 

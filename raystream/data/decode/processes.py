@@ -153,8 +153,16 @@ class _Child:
         if ended is not None:
             self.owner.finish(pending, self.owner.died(self, job, ended, queued=False))
             return
-        with contextlib.suppress(OSError):  # the child is gone: its answer thread fails the job, saying how
+        try:
             socket.send_fds(self.sock, [message], [fd])
+        except OSError as exc:
+            if self.proc.poll() is not None:
+                return  # the child is gone: its answer thread fails the job, saying how it ended
+            with self.lock:  # alive, but the job did not go (a descriptor too large for one message)
+                self.pending.pop(job.id, None)
+            self.owner.finish(pending, DataError(
+                f"{self.owner.recipes[job.video].path}: frames {_span(job)} could not be sent to decode worker "
+                f"{self.name} (pid {self.proc.pid}): {exc}"))
 
     def _read_answers(self) -> None:
         while True:

@@ -173,3 +173,20 @@ def test_a_decoder_error_in_a_worker_reaches_the_stream_naming_the_file(block_vi
         for _ in stream:
             pass
     assert not _children()
+
+
+def test_a_job_too_large_to_send_fails_naming_the_video_instead_of_waiting(block_videos):
+    from raystream.data.decode.plan import Job
+
+    recipe = processes.ReaderRecipe(block_videos[0], 32, 32, "pyav")
+    workers = processes.DecodeProcesses(1, [recipe], processes.ReaderSettings(8))
+    try:
+        future = workers.submit(Job(0, 0, 0, 0, 0, 0, 0, frames=list(range(10 ** 5, 4 * 10 ** 5))))
+        error = future.exception(timeout=60)
+        assert isinstance(error, DataError) and str(error).startswith(block_videos[0]), error
+        assert "could not be sent to decode worker raystream-decode-0" in str(error)
+        ok = workers.submit(Job(1, 0, 0, 0, 0, 0, 0, frames=[0, 1, 2]))  # the worker still serves the next job
+        assert ok.result(timeout=120).shape == (3, 3, 8, 8)
+    finally:
+        workers.close()
+    assert not _children()

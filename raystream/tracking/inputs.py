@@ -10,7 +10,8 @@ the same videos show the same digest, whatever the machine or path they were rea
     mlflow.search_runs(filter_string="dataset.digest = '<digest>'")            # the runs on these videos
     mlflow.search_runs(filter_string="dataset.context = 'heldout' AND dataset.name = 'val'")
 
-The profile (shown beside the digest) holds the counts and the first `MAX_URIS` videos' URIs.
+The profile (shown beside the digest) holds the counts (frames: null for held-out videos no index records) and
+the first `MAX_URIS` videos' URIs.
 
 The driver makes the events before Ray starts (`input_events`: the training videos from the stream it has opened
 anyway, the held-out videos and the probe set from their listing and index, none of them decoded) and appends them
@@ -55,7 +56,7 @@ def dataset(name: str, source: str, rows: Sequence[Row], context: str) -> Dict[s
             count = "labels" if context == PROBE else "frames"
             return {"videos" if context != PROBE else "samples": len(rows),
                     "bytes": sum(s for _, s, _, _ in rows if s is not None),
-                    count: len(set(counted)) if context == PROBE else sum(counted),
+                    count: len(set(counted)) if context == PROBE else (sum(counted) if counted else None),
                     "uris": [u for _, _, _, u in rows[:MAX_URIS]]}
 
         def to_dict(self) -> Dict[str, str]:

@@ -76,13 +76,15 @@ def _parser() -> argparse.ArgumentParser:
                                            "colour codes in a log file or pipe)")
 
     ps = sub.add_parser("pretrain-start", help="train (once, cached) the pretrained start of the Table 1 miniature "
-                                               "(+experiment=table1_start; raystream/train/start.py)")
+                                               "(+experiment=table1_start; raystream/train/start.py), registered in "
+                                               "MLflow as models:/raystream-table1-start@s<seed>")
     ps.add_argument("overrides", nargs="*", help="Hydra overrides of the start's run, e.g. trainer.max_steps=100")
 
     e = sub.add_parser("eval", help="the probes of a checkpoint as a Ray Train job on every worker "
                                     "(raystream/train/eval_job.py)")
     e.add_argument("target", help="a training run's directory (its newest checkpoint), a checkpoint_<step> "
-                                  "directory, or either as an s3:// / gs:// URI")
+                                  "directory, either as an s3:// / gs:// URI, or an MLflow model (models:/<model_id>, "
+                                  "models:/<name>@<alias>)")
     e.add_argument("overrides", nargs="*", help="overrides on top of the training run's recorded config, e.g. "
                                                  "eval.protocol=dino eval.dataset=/data/imagenet")
     e.add_argument("--verbose", action="store_true", help="all of Ray's output as Ray prints it")

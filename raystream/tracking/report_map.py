@@ -18,6 +18,10 @@ lines along the stream's order (and AdamW shuffled at one lr). Per stream and Or
   lrs, never extrapolated), the difference averaged over those drifts, with its smallest and largest value; the
   seed spread is the two lines' std combined (root of the sum of squares), averaged likewise. A positive advantage
   means Orthogonal-AdamW is ahead. How much of AdamW's drift range the overlap covers (in log drift) is said too.
+  Between two measured lrs the interpolation is a straight line in log drift: where a line's error falls steeply
+  and then levels (an elbow between its lrs), the line's value there is overstated, so the lead in the middle of a
+  sparse line is read with its smallest and largest values and beside the measured points;
+- the tuned comparison: the lead where each line is at its own best lr (no interpolation).
 
 Writes map.md, map.csv and map.png (the advantage against the correlation at the start, one point per stream and
 line, seed spread as bars) under `--out` (default reports/map-<experiment>).
@@ -74,6 +78,9 @@ class MapRow:
     coverage: float  # share of AdamW's range (log drift) the overlap covers
     in_stream: Optional[Advantage]
     out_of_stream: Optional[Advantage]
+    # the lead where each line is at its own best lr (the tuned comparison): (lead, seed spread), None if unmeasured
+    tuned_in_stream: Optional[Tuple[float, float]] = None
+    tuned_out_of_stream: Optional[Tuple[float, float]] = None
 
 
 def _axis(table: Table, candidates: Sequence[str]) -> Optional[str]:
@@ -109,6 +116,21 @@ def _advantage(adamw: List[matched.Point], orth: List[matched.Point], metric: st
     if not leads:
         return None
     return Advantage(sum(leads) / len(leads), min(leads), max(leads), sum(spreads) / len(spreads))
+
+
+def _tuned(adamw: List[matched.Point], orth: List[matched.Point], metric: str) -> Optional[Tuple[float, float]]:
+    """Orthogonal-AdamW's lead over AdamW on `metric` where each is at its best measured lr (mean over seeds), in
+    the units of `_advantage`, with the two points' seed spreads combined."""
+    best = []
+    for points in (adamw, orth):
+        have = [p.metrics[metric] for p in points if metric in p.metrics]
+        if not have:
+            return None
+        best.append(min(have) if metric == OUT_OF_STREAM else max(have))
+    (a, sa), (o, so) = best
+    if metric == OUT_OF_STREAM:
+        return 100.0 * (a - o) / a, 100.0 * math.hypot(sa, so) / a
+    return o - a, math.hypot(sa, so)
 
 
 def _overlap(adamw: List[matched.Point], orth: List[matched.Point]) -> Tuple[Optional[Tuple[float, float]], float,
@@ -169,7 +191,8 @@ def map_rows(table: Table, stream: Optional[str] = None) -> List[MapRow]:
             cos_training_shuffled=_per_seed(table, rows_where(ADAMW, SHUFFLED), names.GRAD_COS_MEAN),
             overlap=overlap, coverage=coverage,
             in_stream=_advantage(adamw, orth, IN_STREAM, drifts) if drifts else None,
-            out_of_stream=_advantage(adamw, orth, OUT_OF_STREAM, drifts) if drifts else None))
+            out_of_stream=_advantage(adamw, orth, OUT_OF_STREAM, drifts) if drifts else None,
+            tuned_in_stream=_tuned(adamw, orth, IN_STREAM), tuned_out_of_stream=_tuned(adamw, orth, OUT_OF_STREAM)))
     return out
 
 
@@ -208,9 +231,14 @@ def _adv(a: Optional[Advantage], unit: str) -> str:
     return f"{a.mean:+.2f}{unit} ± {a.spread:.2f} ({a.low:+.2f} to {a.high:+.2f})"
 
 
+def _lead(v: Optional[Tuple[float, float]], unit: str) -> str:
+    return "-" if v is None else f"{v[0]:+.2f}{unit} ± {v[1]:.2f}"
+
+
 HEADER = ["stream", "order", "line", "seeds", "correlation at start (order / shuffled)",
           "AdamW grad cos in training (order / shuffled)", "matched drift (share of AdamW's range)",
-          "in stream: PSNR lead, dB", "out of stream: MSE lead, % of AdamW's"]
+          "in stream: PSNR lead, dB", "out of stream: MSE lead, % of AdamW's",
+          "each at its best lr: PSNR lead dB / MSE lead %"]
 
 
 def markdown(rows: List[MapRow]) -> str:
@@ -223,7 +251,8 @@ def markdown(rows: List[MapRow]) -> str:
             r.stream, names.short_value(ORDER_AXIS, r.order), names.short_value("optimizer", r.line), str(r.seeds),
             f"{_ms(r.corr_start)} / {_ms(r.corr_start_shuffled)}",
             f"{_ms(r.cos_training)} / {_ms(r.cos_training_shuffled)}", drift,
-            _adv(r.in_stream, ""), _adv(r.out_of_stream, "%")]) + " |")
+            _adv(r.in_stream, ""), _adv(r.out_of_stream, "%"),
+            f"{_lead(r.tuned_in_stream, '')} / {_lead(r.tuned_out_of_stream, '%')}"]) + " |")
     return ("the map: Orthogonal-AdamW's lead over AdamW at matched drift (positive: ahead; mean over the drifts both "
             f"reached, their range in brackets, ± the seed spread), beside the stream's correlation\n\n"
             + "\n".join(out) + "\n")
@@ -236,7 +265,9 @@ def write_csv(rows: List[MapRow], path: Path) -> Path:
                     "corr_start_shuffled_std", "cos_training_mean", "cos_training_std",
                     "cos_training_shuffled_mean", "cos_training_shuffled_std", "drift_lo", "drift_hi", "coverage",
                     "in_stream_lead_db", "in_stream_low", "in_stream_high", "in_stream_spread",
-                    "out_of_stream_lead_pct", "out_of_stream_low", "out_of_stream_high", "out_of_stream_spread"])
+                    "out_of_stream_lead_pct", "out_of_stream_low", "out_of_stream_high", "out_of_stream_spread",
+                    "tuned_in_stream_lead_db", "tuned_in_stream_spread", "tuned_out_of_stream_lead_pct",
+                    "tuned_out_of_stream_spread"])
         for r in rows:
             cells = [r.stream, r.order, r.line, r.seeds]
             for v in (r.corr_start, r.corr_start_shuffled, r.cos_training, r.cos_training_shuffled):
@@ -245,6 +276,8 @@ def write_csv(rows: List[MapRow], path: Path) -> Path:
             cells.append(r.coverage)
             for a in (r.in_stream, r.out_of_stream):
                 cells += [a.mean, a.low, a.high, a.spread] if a else ["", "", "", ""]
+            for t in (r.tuned_in_stream, r.tuned_out_of_stream):
+                cells += list(t) if t else ["", ""]
             w.writerow(cells)
     return path
 

@@ -99,8 +99,12 @@ def test_the_map_reads_the_lead_at_matched_drift_beside_the_correlation(map_stor
     assert ahead.in_stream.mean == pytest.approx(1.0) and ahead.in_stream.low == pytest.approx(1.0)
     assert ahead.in_stream.spread == pytest.approx(math.hypot(math.sqrt(0.005), math.sqrt(0.005)))
     assert ahead.out_of_stream.mean == pytest.approx(10.0) and ahead.out_of_stream.spread == pytest.approx(0.0)
+    # each at its best lr: the same leads here (the metrics do not depend on the lr)
+    assert ahead.tuned_in_stream == pytest.approx((1.0, math.hypot(math.sqrt(0.005), math.sqrt(0.005))))
+    assert ahead.tuned_out_of_stream == pytest.approx((10.0, 0.0))
     apart = rows["map_apart"]  # Orthogonal-AdamW reached drift 0.02-0.04, AdamW 0.1-0.2: no matched step
     assert apart.overlap is None and apart.in_stream is None and apart.out_of_stream is None
+    assert apart.tuned_in_stream[0] == pytest.approx(-1.0) and apart.tuned_out_of_stream[0] == pytest.approx(-10.0)
 
 
 def test_report_map_writes_the_table_csv_and_figure(map_store, tmp_path, capsys):
@@ -108,8 +112,10 @@ def test_report_map_writes_the_table_csv_and_figure(map_store, tmp_path, capsys)
     assert report.main(experiment="maptest", out=str(tmp_path / "map"), tracking_uri=uri, map_=True) == 0
     out = capsys.readouterr().out
     assert "| map_ahead | time | orth_adamw | 2 | 0.70 ± 0.14 / 0.05 ± 0.00 | 0.89 ± 0.00 / 0.30 ± 0.00 | " \
-           "0.1-0.2 (100%) | +1.00 ± 0.10 (+1.00 to +1.00) | +10.00% ± 0.00 (+10.00 to +10.00) |" in out
-    assert "| map_apart | time | orth_adamw | 2 |" in out and "no overlap | no overlap |" in out
+           "0.1-0.2 (100%) | +1.00 ± 0.10 (+1.00 to +1.00) | +10.00% ± 0.00 (+10.00 to +10.00) | " \
+           "+1.00 ± 0.10 / +10.00% ± 0.00 |" in out
+    assert "| map_apart | time | orth_adamw | 2 |" in out
+    assert "no overlap | no overlap | -1.00 ± 0.10 / -10.00% ± 0.00 |" in out
     with open(tmp_path / "map" / "map.csv") as f:
         got = {r["stream"]: r for r in csv.DictReader(f)}
     assert float(got["map_ahead"]["in_stream_lead_db"]) == pytest.approx(1.0)

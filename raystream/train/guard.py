@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -197,8 +198,6 @@ def end_run(driver: int, token: str, noted: Dict[int, int]) -> int:
 def watch(driver: int, token: str) -> int:
     """The guard: wait until the driver closes its end of the pipe (stdin) or dies, noting its descendants, then
     end the run's processes."""
-    import select
-
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     noted: Dict[int, int] = {}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future
@@ -39,16 +40,22 @@ from raystream.data.decode.plan import Job
 _CHUNK = 64  # frames per reader call
 DECODE_BACKENDS = ("auto", "threads", "processes")  # the values data.decode_backend takes
 PROCESSES_FROM = 4  # auto: decode workers from this many on are processes (on the CPU)
+# decode processes pass nameless shared memory (memfd) over Unix SOCK_SEQPACKET sockets: Linux's
+PROCESSES_UNSUPPORTED = (None if sys.platform.startswith("linux") else
+                         f"decode processes need Linux (memfd, SOCK_SEQPACKET); this is {sys.platform}")
 
 
 def choose_backend(requested: str, workers: int, device: str = "cpu") -> str:
     """"threads" or "processes" for `data.decode_backend` = `requested` (one of DECODE_BACKENDS) with `workers`
-    decode workers decoding on `device`; `auto` as the module docstring says."""
+    decode workers decoding on `device`; `auto` as the module docstring says (threads where processes are not supported: not Linux)."""
     if requested not in DECODE_BACKENDS:
         raise ValueError(f"data.decode_backend = {requested!r}: expected one of {', '.join(DECODE_BACKENDS)}")
+    if requested == "processes" and PROCESSES_UNSUPPORTED:
+        raise ValueError(f"data.decode_backend = processes: {PROCESSES_UNSUPPORTED}; use threads or auto")
     if requested != "auto":
         return requested
-    return "processes" if device == "cpu" and int(workers) >= PROCESSES_FROM else "threads"
+    many = device == "cpu" and int(workers) >= PROCESSES_FROM
+    return "processes" if many and not PROCESSES_UNSUPPORTED else "threads"
 
 
 def available_cores() -> int:

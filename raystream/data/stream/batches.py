@@ -99,7 +99,11 @@ class ClipStream:
         self.decord_reset_frames = int(data_cfg.decord_reset_frames)
         self.read_ahead = bool(data_cfg.read_ahead)
         self.decode_workers = int(data_cfg.decode_workers or default_decode_workers())
-        self.decode_backend = choose_backend(str(data_cfg.decode_backend), self.decode_workers, self.decode_device)
+        try:
+            self.decode_backend = choose_backend(str(data_cfg.decode_backend), self.decode_workers,
+                                                 self.decode_device)
+        except ValueError as exc:
+            raise DataError(str(exc)) from None
         self.shuffle_horizon = int(data_cfg.shuffle_horizon)
         self.prefetch_videos = int(data_cfg.prefetch_videos)
         # videos from an object store: fetched into this node's cache ahead of the steps that read them

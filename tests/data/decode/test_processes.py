@@ -152,13 +152,19 @@ def test_no_process_or_segment_outlives_its_parent(block_videos, mode):
             parent.kill()
 
 
-def test_decode_backend_is_checked_and_auto_picks_by_workers_and_device():
+def test_decode_backend_is_checked_and_auto_picks_by_workers_device_and_platform(monkeypatch):
     check = {c.key: c for c in DATA_CHECKS}["decode_backend"]
     assert all(check.predicate(v) for v in ("auto", "threads", "processes")) and not check.predicate("fork")
     assert choose_backend("auto", 2) == "threads" and choose_backend("auto", 8) == "processes"
     assert choose_backend("auto", 16, "cuda") == "threads" and choose_backend("processes", 1) == "processes"
     with pytest.raises(ValueError, match="data.decode_backend = 'fork'"):
         choose_backend("fork", 2)
+    from raystream.data.decode import workers
+
+    monkeypatch.setattr(workers, "PROCESSES_UNSUPPORTED", "decode processes need Linux (memfd, SOCK_SEQPACKET)")
+    assert choose_backend("auto", 16) == "threads"
+    with pytest.raises(ValueError, match="data.decode_backend = processes: decode processes need Linux"):
+        choose_backend("processes", 2)
 
 
 def test_a_decoder_error_in_a_worker_reaches_the_stream_naming_the_file(block_videos, tmp_path):

@@ -31,8 +31,9 @@ class TrainerConfig:
     bf16: Optional[bool] = None
     # torch.compile of the model's forward and backward, regionally (raystream/models/vit.py `compile_blocks`: every
     # ViT block compiled in place, one graph for all blocks of a shape, so compiling takes seconds): true, false, or auto
-    # (on CUDA only; a CPU stays eager: compiling there costs about a minute and was not measured faster).
-    compile: Any = "auto"
+    # (on CUDA only; a CPU stays eager: compiling there costs about a minute and was not measured faster). Default
+    # false until the GPU campaign has measured compiled against eager per preset (docs/benchmarks.md).
+    compile: Any = False
     find_unused_parameters: bool = False  # DDP flag, for scenarios whose forward skips some parameters
     # the final checkpoint (and each kept one an evaluation was made at) as MLflow LoggedModels of the run: null = for
     # a single run (`raystream train`) and not for a sweep's trials; true / false = for every run / none

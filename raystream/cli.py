@@ -212,9 +212,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     """Run the command. Each command's code is imported lazily, here: only that command's part of raystream loads
     (a `data` command imports neither Ray nor MLflow), and nothing imports Ray before `main`'s loopback_only()."""
     if args.command == "report":
+        if args.map:
+            from raystream.tracking.report_map import main as map_main  # lazy: see _dispatch
+
+            return map_main(args.experiment, out=args.out)
         from raystream.tracking.report import main as report_main  # lazy: see _dispatch
 
-        return report_main(experiment=args.experiment, parent=args.parent, out=args.out, map_=args.map)
+        return report_main(experiment=args.experiment, parent=args.parent, out=args.out)
     if args.command == "tracking":
         from raystream.tracking.mirror import main as upload_main  # lazy: see _dispatch
 

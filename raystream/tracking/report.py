@@ -221,25 +221,25 @@ def write_report(client, parent_run, out: Optional[str] = None) -> Tuple[Table, 
     return table, files
 
 
-def main(experiment: Optional[str] = None, parent: Optional[str] = None, out: Optional[str] = None,
-         tracking_uri: Optional[str] = None, map_: bool = False) -> int:
-    """`raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]`: print the table, write the files.
-    With `map_` (`--map --experiment NAME`): the map of the experiment's matched-drift sweeps (report_map.py)."""
-    if map_ and not experiment:
-        print("raystream report: --map reads all the sweeps of one MLflow experiment: give --experiment NAME",
-              file=sys.stderr)
-        return 2
+def open_store(experiment: Optional[str], tracking_uri: Optional[str]):
+    """(client, uri) of the tracking store a report reads; None after saying why it cannot be read."""
     try:
-        client, uri = _client(tracking_uri)
+        return _client(tracking_uri)
     except TrackingStoreError as exc:
         missing = f"no MLflow experiment {experiment!r} here: " if experiment else ""
         print(f"raystream report: {missing}{exc} (set MLFLOW_TRACKING_URI to the store the runs wrote)",
               file=sys.stderr)
-        return 2
-    if map_:
-        from raystream.tracking import report_map  # the map: many sweeps, one figure
+        return None
 
-        return report_map.main(client, uri, experiment, out)
+
+def main(experiment: Optional[str] = None, parent: Optional[str] = None, out: Optional[str] = None,
+         tracking_uri: Optional[str] = None) -> int:
+    """`raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]`: print the table, write the files.
+    (`--map --experiment NAME`, the map of an experiment's matched-drift sweeps, is report_map.py's.)"""
+    store = open_store(experiment, tracking_uri)
+    if store is None:
+        return 2
+    client, uri = store
     try:
         parent_run = find_parent(client, experiment=experiment, parent=parent)
     except LookupError as exc:

@@ -39,7 +39,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import raystream.tracking.names as names
 from raystream.tracking import matched
 from raystream.tracking.plots import save
-from raystream.tracking.report import build_table
+from raystream.tracking.report import build_table, open_store
 from raystream.tracking.report_table import Table, mean, std
 
 IN_STREAM = "eval/psnr_in_stream"  # dB, higher is better
@@ -323,8 +323,16 @@ def write(rows: List[MapRow], out: Path) -> List[Path]:
     return [md, write_csv(rows, out / "map.csv"), *filter(None, [plot(rows, out / "map.png")])]
 
 
-def main(client, uri: str, experiment: str, out: Optional[str] = None) -> int:
+def main(experiment: Optional[str], out: Optional[str] = None, tracking_uri: Optional[str] = None) -> int:
     """`raystream report --map --experiment NAME`: the map of that experiment's matched-drift sweeps."""
+    if not experiment:
+        print("raystream report: --map reads all the sweeps of one MLflow experiment: give --experiment NAME",
+              file=sys.stderr)
+        return 2
+    store = open_store(experiment, tracking_uri)
+    if store is None:
+        return 2
+    client, uri = store
     try:
         parents = latest_sweeps(client, experiment)
     except LookupError as exc:

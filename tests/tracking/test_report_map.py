@@ -109,7 +109,7 @@ def test_the_map_reads_the_lead_at_matched_drift_beside_the_correlation(map_stor
 
 def test_report_map_writes_the_table_csv_and_figure(map_store, tmp_path, capsys):
     client, uri, _ = map_store
-    assert report.main(experiment="maptest", out=str(tmp_path / "map"), tracking_uri=uri, map_=True) == 0
+    assert report_map.main("maptest", out=str(tmp_path / "map"), tracking_uri=uri) == 0
     out = capsys.readouterr().out
     assert "| map_ahead | time | orth_adamw | 2 | 0.70 ± 0.14 / 0.05 ± 0.00 | 0.89 ± 0.00 / 0.30 ± 0.00 | " \
            "0.1-0.2 (100%) | +1.00 ± 0.10 (+1.00 to +1.00) | +10.00% ± 0.00 (+10.00 to +10.00) | " \
@@ -121,7 +121,7 @@ def test_report_map_writes_the_table_csv_and_figure(map_store, tmp_path, capsys)
     assert float(got["map_ahead"]["in_stream_lead_db"]) == pytest.approx(1.0)
     assert got["map_apart"]["in_stream_lead_db"] == ""
     assert (tmp_path / "map" / "map.png").stat().st_size > 0
-    assert report.main(experiment="nope", tracking_uri=uri, map_=True) == 2
+    assert report_map.main("nope", tracking_uri=uri) == 2
     assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
-    assert report.main(parent="x", tracking_uri=uri, map_=True) == 2
+    assert report_map.main(None, tracking_uri=uri) == 2
     assert "give --experiment NAME" in capsys.readouterr().err

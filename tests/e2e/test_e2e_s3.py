@@ -96,7 +96,11 @@ def test_train_writes_checkpoints_and_mlflow_artifacts_to_the_bucket(cloud):
     # Artifacts go through the server to its --artifacts-destination, the bucket.
     mlflow_keys = s3.keys(f"mlflow/{run.info.experiment_id}/{run.info.run_id}/artifacts/")
     assert any(k.endswith("/config.yaml") for k in mlflow_keys), mlflow_keys
-    assert any(k.endswith("/model.pt") for k in mlflow_keys), mlflow_keys
+    # The final checkpoint is the run's LoggedModel: its files in the bucket too, below the experiment's models/.
+    (model,) = cloud["client"].search_logged_models([run.info.experiment_id],
+                                                    filter_string=f"source_run_id = '{run.info.run_id}'")
+    model_keys = s3.keys(f"mlflow/{run.info.experiment_id}/models/{model.model_id}/artifacts/")
+    assert any(k.endswith("/MLmodel") for k in model_keys), model_keys
 
 
 def _experiment_dirs(s3):

@@ -79,7 +79,9 @@ def test_smoke_table1_mini_end_to_end(tmp_path, monkeypatch, ray_cluster):
     # cached: the same config finds the record the CLI printed (pretrain-start then trains nothing)
     monkeypatch.setenv("RAYSTREAM_CACHE_DIR", cache)
     record = cached(compose([f"+experiment={EXPERIMENT}", *start]))
-    assert record is not None and record["path"] in out.stdout.strip().splitlines()[-1]
+    assert record is not None and record["path"] in out.stdout
+    # and registered: the start another machine that reaches the tracking server can name (issue 62)
+    assert out.stdout.strip().splitlines()[-1].endswith("scenario.backbone.init=models:/raystream-table1-start@s0")
 
     overrides = [*MINI, *common, "optimizer=adamw", "stream.order=batch_along_time", "trainer.seed=0",
                  "trainer.max_steps=2", "stream.batch_size=4", "stream.frames_per_clip=2",

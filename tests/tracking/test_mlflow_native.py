@@ -254,15 +254,14 @@ def test_pretrain_start_registers_a_start_cached_before_registration(store, tmp_
     assert all(torch.equal(target.state_dict()[k], v) for k, v in state.items())
 
 
-def test_raystream_train_from_a_missing_alias_fails_before_ray_naming_the_uri(store, tmp_path, capsys):
-    """The command line's path (`check_inputs`): exit 2, the URI and what is wrong on stderr, Ray never started."""
-    import ray
-
-    from raystream.cli import main as cli_main
+def test_raystream_train_from_a_missing_alias_fails_before_ray_naming_the_uri(store, tmp_path, monkeypatch, capfd):
+    """The command line's path (`check_inputs`): exit 2, the URI and what is wrong on stderr, Ray never started
+    (`in_process` fails the test if the command started a Ray, whatever this worker's session cluster did before)."""
+    from cli_driver import in_process
 
     uri, _ = store
-    code = cli_main(["train", f"mlflow.tracking_uri={uri}", f"trainer.storage_path={tmp_path}",
-                     f"scenario.backbone.init=models:/{logged_model.START_MODEL}@s42"])
-    err = capsys.readouterr().err
-    assert code == 2 and f"models:/{logged_model.START_MODEL}@s42" in err and "no such model, alias" in err
-    assert not ray.is_initialized()
+    with in_process(tmp_path, monkeypatch, capfd) as run:
+        out = run("train", f"mlflow.tracking_uri={uri}", f"trainer.storage_path={tmp_path}",
+                  f"scenario.backbone.init=models:/{logged_model.START_MODEL}@s42")
+    assert out.returncode == 2, out.stderr
+    assert f"models:/{logged_model.START_MODEL}@s42" in out.stderr and "no such model, alias" in out.stderr

@@ -89,6 +89,18 @@ def test_the_compiled_step_is_asked_for_only_where_it_exists(overrides):
     assert compose(overrides[:1] + ["optimizer.compile=false"] + overrides[2:]).optimizer.compile is False
 
 
+def test_optimizer_triton_takes_true_false_or_auto_and_true_only_where_the_fused_step_runs():
+    with pytest.raises(ConfigError, match=r"optimizer\.triton.*expected true, false or auto"):
+        compose(["optimizer.triton=maybe"])
+    assert compose([]).optimizer.triton == "auto"
+    assert compose(["optimizer.triton=false"]).optimizer.triton is False
+    assert compose(["optimizer.triton=true"]).optimizer.triton is True  # `raystream bench --device cuda` takes it
+    for other in (["optimizer=adamw"], ["optimizer.projection=dim0"], ["optimizer.compile=true"]):
+        with pytest.raises(ConfigError, match=r"expected triton: true only with name: orthogonal_adamw, compile: "
+                                              r"false or auto and projection: global or per_tensor"):
+            compose(other + ["optimizer.triton=true", "trainer.use_gpu=true"])
+
+
 def test_a_wrong_type_keeps_its_reason():
     with pytest.raises(ConfigError, match=r"trainer.max_steps=abc.*'abc' of type 'str' could not be converted"):
         compose(["trainer.max_steps=abc"])

@@ -34,6 +34,7 @@ from raystream.optim.orthogonal_adamw import COMPILED_PROJECTIONS, OrthogonalAda
 from raystream.optim.orthogonal_sgd import OrthogonalSGD
 from raystream.optim.projection import ORTH_INITS, PROJECTIONS
 from raystream.optim.slower_adamw import SlowerAdamW
+from raystream.optim.triton_step import PROJECTIONS as TRITON_PROJECTIONS
 from raystream.optim.wrapper import Orthogonal
 
 
@@ -60,6 +61,12 @@ class OptimizerConfig:
     fused Triton step, raystream/optim/triton_step.py; elsewhere the multi-tensor step);
     `true` / `false` force one (true needs a C++ compiler on CPU or Triton on GPU, fp32 parameters and the global or
     per_tensor projection). The rule and its figures: docs/optimizers.md.
+
+    `triton` (orthogonal_adamw only) picks the eager step on CUDA: `auto` (default) the fused Triton step where it
+    runs (raystream/optim/triton_step.py `why_not`), falling back once to the multi-tensor step if a kernel cannot
+    be built; `false` the multi-tensor step (to compare the two, or to step around a Triton fault); `true` the
+    fused step or an error at the optimizer's construction saying why it cannot run (a CPU run, a dim0
+    projection, fp64 parameters).
     """
 
     name: str = "orthogonal_adamw"
@@ -79,6 +86,7 @@ class OptimizerConfig:
     compile: Any = "auto"  # orthogonal_adamw: true | false | auto (`compile_choice`)
     compile_min_params: int = 20_000_000  # compile=auto: the compiled step from this many trainable parameters
     compile_min_steps: int = 3000  # ... and for runs of at least this many steps (a shorter one pays no compile back)
+    triton: Any = "auto"  # orthogonal_adamw on CUDA: auto (the fused Triton step where it runs) | true | false
 
 
 # The options an `optimizer` key takes; `raystream.optim.build_optimizer` accepts exactly these names.
@@ -103,10 +111,16 @@ CHECKS = [
     Check("compile", lambda v: v is True or v is False or v == "auto", "true, false or auto"),
     Check("compile_min_params", lambda v: v >= 0, "a number of trainable parameters >= 0 (compile: auto)"),
     Check("compile_min_steps", lambda v: v >= 0, "a number of optimizer steps >= 0 (compile: auto)"),
+    Check("triton", lambda v: v is True or v is False or v == "auto",
+          "true, false or auto (orthogonal_adamw's fused Triton step on CUDA)"),
     Check("", lambda s: s.compile is not True or (s.name == "orthogonal_adamw"
                                                   and s.projection in COMPILED_PROJECTIONS),
           "compile: true only with name: orthogonal_adamw and projection: global or per_tensor (the compiled step "
           "is Orthogonal-AdamW's)"),
+    Check("", lambda s: s.triton is not True or (s.name == "orthogonal_adamw" and s.compile is not True
+                                                 and s.projection in TRITON_PROJECTIONS),
+          "triton: true only with name: orthogonal_adamw, compile: false or auto and projection: global or "
+          "per_tensor (the fused Triton step is Orthogonal-AdamW's eager step on CUDA)"),
 ]
 
 
@@ -213,7 +227,16 @@ def _orthogonal_adamw(params, cfg: OptimizerConfig, diagnostics: bool, total_ste
         _say_choice(compiled, why)
     return OrthogonalAdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
                            orth_beta=cfg.orth_beta, projection=cfg.projection, orth_init=cfg.orth_init,
-                           diagnostics=diagnostics, compile=compiled)
+                           diagnostics=diagnostics, compile=compiled, triton=_triton_choice(cfg.triton))
+
+
+def _triton_choice(value: Any) -> Optional[bool]:
+    """`optimizer.triton` as OrthogonalAdamW's `triton` argument: auto -> None (where it runs), true, false."""
+    if value is True or value is False:
+        return value
+    if value != "auto":
+        raise ValueError(f"optimizer.triton = {value!r}: expected true, false or auto")
+    return None
 
 
 def _orthogonal_sgd(params, cfg: OptimizerConfig, diagnostics: bool, total_steps: Optional[int]) -> Optimizer:

@@ -3,6 +3,7 @@
 - `raystream train`'s inputs, all checked together and reported together (`check_inputs`): the MLflow tracking
   store, the videos listed (`data.videos`, `data.heldout_videos`), the evaluation data the scenario needs and the
   probe set listed (`eval.dataset`), the start checkpoint (`scenario.backbone.init`);
+- `optimizer.triton: true` only on GPU workers (`check_triton_device`);
 - the composed config's own checks (`raystream.config.check`: ranges, batch size divisible by workers), again,
   because Tune hands `fit` configs it changed;
 - a run on its own videos has the evaluation data its scenario needs (`eval.dataset` for probes,
@@ -51,7 +52,8 @@ def input_problems(cfg, store: bool = True) -> Dict[str, str]:
               "data.heldout_videos": lambda: _check_videos(cfg, "data.heldout_videos"),
               "evaluation data": lambda: check_evaluation_data(cfg),
               "eval.dataset": lambda: cfg.eval.dataset is None or check_probe_set(str(cfg.eval.dataset)),
-              "scenario.backbone.init": lambda: check_backbone_init(cfg, say=False)}
+              "scenario.backbone.init": lambda: check_backbone_init(cfg, say=False),
+              "optimizer.triton": lambda: check_triton_device(cfg)}  # again in fit: Tune's cells call fit
     if store:
         checks = {"mlflow.tracking_uri": lambda: prepare_store(tracking_uri(cfg)), **checks}
     problems = {}
@@ -61,6 +63,14 @@ def input_problems(cfg, store: bool = True) -> Dict[str, str]:
         except (ConfigError, DataError, TrackingStoreError) as exc:
             problems[key] = str(exc)
     return problems
+
+
+def check_triton_device(cfg) -> None:
+    """`optimizer.triton: true` asks for the fused Triton step, which runs on CUDA: a run on CPU workers is refused
+    here rather than by every worker's optimizer (`raystream bench` picks its device with --device instead)."""
+    if cfg.optimizer.triton is True and not cfg.trainer.use_gpu:
+        raise ConfigError("config key `optimizer.triton` = True: expected false or auto with trainer.use_gpu=false "
+                          "(the fused Triton step runs on CUDA; set trainer.use_gpu=true on a GPU cluster)")
 
 
 def raise_together(problems: List[str], what: str) -> None:

@@ -41,8 +41,8 @@ from raystream.train import storage as results
 from raystream.train.capacity import cluster_capacity
 from raystream.train.divergence import DivergedError, raise_if_diverged
 from raystream.train.loop import train_loop_per_worker
-from raystream.train.preflight import (check_backbone_init, check_local_cpus, check_resources, scenario_needs,
-                                       stream_plan)
+from raystream.train.preflight import (check_backbone_init, check_local_cpus, check_resources, check_triton_device,
+                                       scenario_needs, stream_plan)
 from raystream.train.ray_start import start_ray
 from raystream.train.torch_backend import torch_config
 from raystream.tune.lock import RunLock
@@ -182,6 +182,7 @@ def fit(cfg: DictConfig, *, run_name: Optional[str] = None, callbacks: Optional[
     # does not fit the model (checked once per model in a sweep), too few local CPUs, unusable videos.
     init_line = init_checked if init_checked is not None else check_backbone_init(cfg)
     check_local_cpus(cfg.trainer)
+    check_triton_device(cfg)
     videos: List[Any] = []  # the stream's probed videos: the run's training dataset input
     plan = stream_plan(cfg, videos)
     # One writer per run: a second `raystream train` of it refuses here (RunLocked, exit 2), before Ray starts; a

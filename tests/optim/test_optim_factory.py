@@ -128,3 +128,23 @@ def test_compile_true_and_false_are_kept_and_auto_stays_eager_where_there_is_no_
 def test_a_bad_compile_value_names_the_key_and_the_accepted_values():
     with pytest.raises(ValueError, match=r"optimizer.compile = 'maybe': expected true, false or auto"):
         compile_choice(_groups([3]), OptimizerConfig(compile="maybe"))
+
+
+@pytest.mark.parametrize("value, expected", [("auto", None), (False, False)])
+def test_optimizer_triton_reaches_orthogonal_adamw_and_the_cpu_step_is_the_multi_tensor_one(value, expected):
+    """auto: the fused step where it runs (here, a CPU: the multi-tensor step); false: the multi-tensor step always."""
+    opt = build_optimizer(_groups([3, 4]), OptimizerConfig(triton=value, compile=False))
+    assert opt.triton is expected
+    for group in opt.param_groups:
+        for p in group["params"]:
+            p.grad = torch.ones_like(p)
+    opt.step()
+    assert opt.fused_step.steps == 0 and opt.state[opt.param_groups[0]["params"][0]]["exp_avg"].abs().sum() > 0
+
+
+def test_optimizer_triton_true_on_a_cpu_says_why_at_construction():
+    with pytest.raises(ValueError, match=r"Invalid triton: True \(expected None or False here: parameters on cpu: "
+                                         r"Triton runs the fused step on CUDA"):
+        build_optimizer(_groups([3]), OptimizerConfig(triton=True, compile=False))
+    with pytest.raises(ValueError, match=r"optimizer.triton = 'maybe': expected true, false or auto"):
+        build_optimizer(_groups([3]), OptimizerConfig(triton="maybe", compile=False))

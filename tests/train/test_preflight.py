@@ -56,6 +56,18 @@ def test_main_reports_bad_videos_before_ray_starts(tmp_path, capsys):
     assert not (tmp_path / "results").exists() and not (tmp_path / "mlflow.db").exists()
 
 
+def test_triton_true_on_cpu_workers_fails_before_ray_starts(tmp_path, capsys):
+    from raystream.train.commands import main
+
+    cfg = compose(["optimizer.triton=true", f"trainer.storage_path={tmp_path / 'results'}",
+                   f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"])
+    assert main(cfg) == 2
+    err = capsys.readouterr().err
+    assert ("config key `optimizer.triton` = True: expected false or auto with trainer.use_gpu=false (the fused "
+            "Triton step runs on CUDA") in err
+    assert not (tmp_path / "results").exists()
+
+
 def test_a_local_run_asking_more_cpus_than_the_machine_fails_before_ray_starts(tmp_path):
     """No RAY_ADDRESS: the workers' CPUs are checked against this machine's before Ray starts (not 17 s after)."""
     import os

@@ -23,6 +23,11 @@ lines along the stream's order (and AdamW shuffled at one lr). Per stream and Or
   sparse line is read with its smallest and largest values and beside the measured points;
 - the tuned comparison: the lead where each line is at its own best lr (no interpolation).
 
+Then whether the correlation predicts the lead (`predictions`): per Orthogonal-AdamW line, over the streams where it
+has a matched lead, Spearman's rank correlation between each correlation measure (at the start; AdamW's cosine in
+training) and each lead, with its exact permutation p-value (two-sided, every ordering of the streams: at 5 streams
+only a perfect ordering reaches p < 0.05, so a map of few streams can show a prediction fail, hardly prove one).
+
 Writes map.md, map.csv and map.png (the advantage against the correlation at the start, one point per stream and
 line, seed spread as bars) under `--out` (default reports/map-<experiment>).
 """
@@ -30,6 +35,7 @@ line, seed spread as bars) under `--out` (default reports/map-<experiment>).
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import sys
 from dataclasses import dataclass
@@ -258,6 +264,87 @@ def markdown(rows: List[MapRow]) -> str:
             + "\n".join(out) + "\n")
 
 
+@dataclass
+class Prediction:
+    """Spearman's rho between a correlation measure and a lead across the streams of one line, and its exact
+    two-sided permutation p-value (None past `EXACT_UP_TO` streams)."""
+
+    line: str
+    measure: str
+    lead: str
+    n: int
+    rho: float
+    p: Optional[float]
+
+
+MEASURES = (("correlation at start", "corr_start"), ("AdamW grad cos in training", "cos_training"))
+LEADS = (("in stream", "in_stream"), ("out of stream", "out_of_stream"))
+EXACT_UP_TO = 8  # streams: 8! = 40,320 orderings
+
+
+def _ranks(xs: Sequence[float]) -> List[float]:
+    """Ranks from 1, ties sharing their mean rank."""
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    ranks = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def _pearson(a: Sequence[float], b: Sequence[float]) -> float:
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
+    den = math.sqrt(sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b))
+    return cov / den if den else math.nan
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> Tuple[float, Optional[float]]:
+    """(rho, p): Spearman's rank correlation and the share of all orderings of y whose |rho| is at least as large
+    (exact; None for more than EXACT_UP_TO values). rho is nan where either side has a single value."""
+    rx, ry = _ranks(x), _ranks(y)
+    rho = _pearson(rx, ry)
+    if math.isnan(rho) or len(x) > EXACT_UP_TO:
+        return rho, None
+    perms = list(itertools.permutations(ry))
+    hits = sum(abs(_pearson(rx, perm)) >= abs(rho) - 1e-12 for perm in perms)
+    return rho, hits / len(perms)
+
+
+def predictions(rows: List[MapRow]) -> List[Prediction]:
+    """Per Orthogonal-AdamW line with a matched lead on at least 3 streams: rho of each correlation measure against
+    each lead over those streams."""
+    out = []
+    for line in dict.fromkeys(r.line for r in rows):
+        for measure, m_attr in MEASURES:
+            for lead, l_attr in LEADS:
+                pairs = [(getattr(r, m_attr)[0], getattr(r, l_attr).mean) for r in rows
+                         if r.line == line and getattr(r, m_attr) is not None and getattr(r, l_attr) is not None]
+                if len(pairs) >= 3:
+                    rho, p = spearman([a for a, _ in pairs], [b for _, b in pairs])
+                    out.append(Prediction(line, measure, lead, len(pairs), rho, p))
+    return out
+
+
+def predictions_markdown(found: List[Prediction]) -> str:
+    if not found:
+        return ("does the correlation predict the lead? too few streams: a line needs a matched lead on at least 3 "
+                "streams\n")
+    out = ["| line | correlation measure | lead | streams | Spearman rho | p (exact, two-sided) |",
+           "|---|---|---|---|---|---|"]
+    for f in found:
+        out.append(f"| {names.short_value('optimizer', f.line)} | {f.measure} | {f.lead} | {f.n} | {f.rho:+.2f} | "
+                   + ("-" if f.p is None else f"{f.p:.3f}") + " |")
+    return ("does the correlation predict the lead? Spearman's rank correlation across the streams (positive: more "
+            "correlated streams, larger lead; p: the share of all orderings of the streams at least as extreme)\n\n"
+            + "\n".join(out) + "\n")
+
+
 def write_csv(rows: List[MapRow], path: Path) -> Path:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -319,7 +406,7 @@ def plot(rows: List[MapRow], path: Path) -> Optional[Path]:
 def write(rows: List[MapRow], out: Path) -> List[Path]:
     out.mkdir(parents=True, exist_ok=True)
     md = out / "map.md"
-    md.write_text(markdown(rows))
+    md.write_text(markdown(rows) + "\n" + predictions_markdown(predictions(rows)))
     return [md, write_csv(rows, out / "map.csv"), *filter(None, [plot(rows, out / "map.png")])]
 
 
@@ -347,6 +434,7 @@ def main(experiment: Optional[str], out: Optional[str] = None, tracking_uri: Opt
     out_dir = Path(out) if out else Path("reports") / f"map-{experiment}"
     files = write(rows, out_dir)
     print(markdown(rows))
+    print(predictions_markdown(predictions(rows)))
     if left_out:
         print(f"not on the map (no AdamW and Orthogonal-AdamW lines over optimizer.lr with drift logged): "
               f"{', '.join(left_out)}")

@@ -121,7 +121,43 @@ def test_report_map_writes_the_table_csv_and_figure(map_store, tmp_path, capsys)
     assert float(got["map_ahead"]["in_stream_lead_db"]) == pytest.approx(1.0)
     assert got["map_apart"]["in_stream_lead_db"] == ""
     assert (tmp_path / "map" / "map.png").stat().st_size > 0
+    assert "too few streams: a line needs a matched lead on at least 3 streams" in out  # two streams here
+    assert "too few streams" in (tmp_path / "map" / "map.md").read_text()
     assert report_map.main("nope", tracking_uri=uri) == 2
     assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
     assert report_map.main(None, tracking_uri=uri) == 2
     assert "give --experiment NAME" in capsys.readouterr().err
+
+
+def test_spearman_is_the_rank_correlation_with_an_exact_permutation_p():
+    assert report_map.spearman([1, 2, 3, 4, 5], [2, 4, 6, 8, 10]) == pytest.approx((1.0, 2 / 120))  # 2 of 5! at |1|
+    assert report_map.spearman([1, 2, 3, 4, 5], [1, 3, 2, 5, 4]) == pytest.approx((0.8, 16 / 120))
+    assert report_map.spearman([0.1, 0.5, 0.5, 0.9], [3.0, 1.0, 2.0, 0.0])[0] == pytest.approx(-0.9486833)  # ties
+    rho, p = report_map.spearman([1, 2, 3], [7, 7, 7])
+    assert math.isnan(rho) and p is None
+    assert report_map.spearman(list(range(9)), list(range(9))) == (pytest.approx(1.0), None)  # past exact
+
+
+def _row(stream, line, corr, cos, lead_in, lead_out):
+    adv = (lambda v: None if v is None else report_map.Advantage(v, v, v, 0.0))
+    return report_map.MapRow(stream=stream, order="batch_along_time", line=line, seeds=3, corr_start=(corr, 0.0, 3),
+                             corr_start_shuffled=None, cos_training=(cos, 0.0, 3), cos_training_shuffled=None,
+                             overlap=(0.1, 0.2), coverage=1.0, in_stream=adv(lead_in), out_of_stream=adv(lead_out))
+
+
+def test_the_map_says_whether_the_correlation_orders_the_leads_across_streams():
+    """Per line, over the streams with a matched lead: in stream the lead rises with the correlation at the start
+    (rho +1), out of stream it falls (rho -1); a stream without an overlap is left out of that line's count."""
+    rows = [_row("a", "orthogonal_adamw", 0.2, 0.5, 0.1, 5.0), _row("b", "orthogonal_adamw", 0.5, 0.9, 0.3, 1.0),
+            _row("c", "orthogonal_adamw", 0.6, 0.7, 0.5, -2.0), _row("d", "orthogonal_adamw", 0.9, 0.8, 0.9, -9.0),
+            _row("e", "orthogonal_adamw", 0.95, 0.6, None, None),
+            _row("a", "orthogonal_adamw_099", 0.2, 0.5, 0.1, 5.0), _row("b", "orthogonal_adamw_099", 0.5, 0.9, 0.3, 1.0)]
+    found = {(f.line, f.measure, f.lead): f for f in report_map.predictions(rows)}
+    assert set(found) == {("orthogonal_adamw", m, lead) for m, _ in report_map.MEASURES for lead, _ in report_map.LEADS}
+    start_in = found[("orthogonal_adamw", "correlation at start", "in stream")]
+    assert (start_in.n, start_in.rho, start_in.p) == (4, pytest.approx(1.0), pytest.approx(2 / 24))
+    assert found[("orthogonal_adamw", "correlation at start", "out of stream")].rho == pytest.approx(-1.0)
+    assert found[("orthogonal_adamw", "AdamW grad cos in training", "in stream")].rho == pytest.approx(0.4)
+    text = report_map.predictions_markdown(report_map.predictions(rows))
+    assert "| orth_adamw | correlation at start | in stream | 4 | +1.00 | 0.083 |" in text
+    assert "orth_adamw_099" not in text  # two streams: no rank correlation for that line

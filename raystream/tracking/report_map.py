@@ -282,21 +282,6 @@ LEADS = (("in stream", "in_stream"), ("out of stream", "out_of_stream"))
 EXACT_UP_TO = 8  # streams: 8! = 40,320 orderings
 
 
-def _ranks(xs: Sequence[float]) -> List[float]:
-    """Ranks from 1, ties sharing their mean rank."""
-    order = sorted(range(len(xs)), key=lambda i: xs[i])
-    ranks = [0.0] * len(xs)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
-
-
 def _pearson(a: Sequence[float], b: Sequence[float]) -> float:
     ma, mb = sum(a) / len(a), sum(b) / len(b)
     cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
@@ -307,7 +292,9 @@ def _pearson(a: Sequence[float], b: Sequence[float]) -> float:
 def spearman(x: Sequence[float], y: Sequence[float]) -> Tuple[float, Optional[float]]:
     """(rho, p): Spearman's rank correlation and the share of all orderings of y whose |rho| is at least as large
     (exact; None for more than EXACT_UP_TO values). rho is nan where either side has a single value."""
-    rx, ry = _ranks(x), _ranks(y)
+    from scipy.stats import rankdata  # lazy: scipy only when a map is ranked
+
+    rx, ry = list(rankdata(x)), list(rankdata(y))  # ties share their mean rank
     rho = _pearson(rx, ry)
     if math.isnan(rho) or len(x) > EXACT_UP_TO:
         return rho, None

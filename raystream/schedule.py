@@ -21,7 +21,10 @@ from typing import Dict, Optional
 
 import torch
 
-from raystream.tracking import names
+# The keys of `Schedules.apply`'s result: the metric names a run logs them under (tracking.LR and .WD name the
+# same strings; tests/train/test_schedule.py keeps them equal). Written here so this pure module imports nothing above it.
+LR = "lr"
+WD = "wd"
 
 
 def half_cosine(progress: float, start: float, end: float) -> float:
@@ -115,8 +118,8 @@ class Schedules:
         for group in optimizer.param_groups:
             group.setdefault("initial_lr", group["lr"])
             group["lr"] = group["initial_lr"] * factor
-        out = {names.LR: float(optimizer.param_groups[0]["lr"])}
+        out = {LR: float(optimizer.param_groups[0]["lr"])}
         if self.weight_decay is not None:
-            out[names.WD] = self.weight_decay(t)
-            set_weight_decay(optimizer, out[names.WD])
+            out[WD] = self.weight_decay(t)
+            set_weight_decay(optimizer, out[WD])
         return out

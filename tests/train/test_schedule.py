@@ -7,8 +7,15 @@ import torch
 
 from raystream.optim import build_optimizer, param_groups
 from raystream.optim.factory import OptimizerConfig
+from raystream import schedule
 from raystream.schedule import (CosineWeightDecay, Schedules, WarmupCosine, build_weight_decay_schedule,
                                 probe_lr_schedule, set_weight_decay)
+from raystream.tracking import names
+
+
+def test_the_schedule_keys_are_the_metric_names_a_run_logs():
+    """schedule.py names its keys itself (it imports nothing above it); they are the metrics tracking records."""
+    assert (schedule.LR, schedule.WD) == (names.LR, names.WD)
 
 
 def test_warmup_is_linear_and_first_step_moves():

@@ -11,6 +11,8 @@ pickles as a call `rebuild(config, state)` whose arguments are plain containers 
   no model is built and nothing but tensors and containers is unpickled.
 Writing one needs only the state dict and the config (`Saved(config, state)`), no model: a driver or
 `raystream tracking upload` writes it without building anything that scales with the model.
+`rebuild` reads only the sections a model is built from (`scenario`, `stream`, `trainer.seed`), each over its own
+schema, so this pure-torch module imports no config composition (raystream.config sits above models).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from raystream.config import RunConfig
+from raystream.data.config import StreamConfig
+from raystream.models.config import ScenarioConfig
 from raystream.models.scenario import build_scenario
 
 REBUILD = f"{__name__}.rebuild"  # the pickled global of a saved model
@@ -29,9 +32,11 @@ REBUILD = f"{__name__}.rebuild"  # the pickled global of a saved model
 
 def rebuild(config: Mapping[str, Any], state: Mapping[str, torch.Tensor]) -> nn.Module:
     """The scenario model `config` (a run config as plain containers) describes, holding `state`, in eval mode."""
-    cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), dict(config))
-    cfg.scenario.backbone.init = "random"  # the weights come from `state`, not from the start it was trained from
-    model = build_scenario(cfg.scenario, cfg.stream, int(cfg.trainer.seed)).model
+    scenario = OmegaConf.merge(OmegaConf.structured(ScenarioConfig), dict(config.get("scenario") or {}))
+    stream = OmegaConf.merge(OmegaConf.structured(StreamConfig), dict(config.get("stream") or {}))
+    scenario.backbone.init = "random"  # the weights come from `state`, not from the start it was trained from
+    seed = int((config.get("trainer") or {}).get("seed", 0))  # TrainerConfig.seed's default
+    model = build_scenario(scenario, stream, seed).model
     model.load_state_dict(dict(state))
     return model.eval()
 

@@ -45,7 +45,7 @@ from raystream.train.preflight import (check_backbone_init, check_local_cpus, ch
                                        scenario_needs, stream_plan)
 from raystream.train.ray_start import start_ray
 from raystream.train.torch_backend import torch_config
-from raystream.tune.lock import RunLock
+from raystream.train.lock import RunLock
 from raystream.uris import filesystem_at, first_line, read_bytes
 
 RUN_INFO_FILE = "raystream_run.json"  # in the Ray Train run directory: the MLflow run to resume, the config

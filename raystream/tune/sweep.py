@@ -69,7 +69,7 @@ from raystream.train.run import fit as train_fit
 from raystream.tune import console
 from raystream.tune.cell_checks import check_cells, store_problems
 from raystream.tune.concurrency import trials_in_flight
-from raystream.tune.lock import SweepLock
+from raystream.train.lock import SweepLock
 from raystream.tune.release import ReleaseStoppedTrials
 from raystream.tune.searcher import CELL_KEY, GridOptunaSearcher
 from raystream.tune.space import SweepPlan, optuna_space, plan

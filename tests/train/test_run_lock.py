@@ -14,9 +14,9 @@ import time
 
 from raystream.config import compose
 from raystream.train import commands, storage
-from raystream.tune.lock import RUN_LOCK_FILE, RunLock
+from raystream.train.lock import RUN_LOCK_FILE, RunLock
 
-HOLD = ("import sys, time; from raystream.train import storage; from raystream.tune.lock import RunLock; "
+HOLD = ("import sys, time; from raystream.train import storage; from raystream.train.lock import RunLock; "
         "RunLock(storage.resolve(sys.argv[1]).child(sys.argv[2]), sys.argv[2]).acquire(); "
         "print('locked', flush=True); time.sleep(600)")
 

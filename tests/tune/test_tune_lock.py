@@ -14,7 +14,7 @@ import pytest
 
 from raystream.config import compose
 from raystream.train import storage
-from raystream.tune.lock import LOCK_FILE, STALE_AFTER_S, SweepLock, SweepLocked
+from raystream.train.lock import LOCK_FILE, STALE_AFTER_S, SweepLock, SweepLocked
 
 SWEEP = """name: tiny_lock
 grid:
@@ -23,7 +23,7 @@ fixed:
   trainer.max_steps: 2
 """
 
-HOLD = ("import sys, time; from raystream.train import storage; from raystream.tune.lock import SweepLock; "
+HOLD = ("import sys, time; from raystream.train import storage; from raystream.train.lock import SweepLock; "
         "SweepLock(storage.resolve(sys.argv[1]).child('sweeps', sys.argv[2]), sys.argv[2]).acquire(); "
         "print('locked', flush=True); time.sleep(600)")
 
@@ -75,7 +75,7 @@ def test_a_lock_from_another_host_holds_until_its_heartbeat_stops(tmp_path):
 # ---- the lock in a bucket (trainer.storage_path=s3://...): moto's S3 server on 127.0.0.1 -------------------------
 
 RACE = ("import sys; from raystream.config import ConfigError; from raystream.train import storage; "
-        "from raystream.tune.lock import SweepLock; where = storage.resolve(sys.argv[1]).child('sweeps', 'raced'); "
+        "from raystream.train.lock import SweepLock; where = storage.resolve(sys.argv[1]).child('sweeps', 'raced'); "
         "print('ready', flush=True); sys.stdin.readline()\n"
         "try:\n    SweepLock(where, 'raced').acquire(); print('locked', flush=True)\n"
         "except ConfigError as exc:\n    print('refused', exc, flush=True)\n"

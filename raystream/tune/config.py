@@ -26,13 +26,14 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Typ
 
 from raystream.checks import PATH_NAME, is_path_name
 from raystream.tracking.names import is_seed_key
+from raystream.tune.study_config import StudyConfig, check_study
 
 # Config groups a grid axis may select by name (sweeps/<group>/<value>.yaml); `sweep` itself is not one.
 GROUPS = ("data", "stream", "scenario", "optimizer", "trainer")
 
 
 @dataclass
-class SweepConfig:
+class SweepConfig(StudyConfig):  # budget, compare, seeds: raystream/tune/study_config.py (issue 68)
     name: str = "smoke"
     grid: Dict[str, Any] = field(default_factory=dict)
     # Grid cells left out: each entry names some grid axes with one value each, and a cell that has all of them is not
@@ -115,6 +116,7 @@ def check_sweep(sweep: Mapping[str, Any], error: Type[Exception] = ValueError) -
 
     _check_axes(sweep, fail)
     _check_settings(sweep, fail)
+    check_study(sweep, fail)
     return True
 
 

@@ -200,7 +200,7 @@ def _add_bench(sub) -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     loopback_only()  # before anything imports Ray: a local cluster advertises 127.0.0.1 only
-    args = _parser().parse_args(argv)
+    args = _parse(_parser(), argv)
     try:
         return _dispatch(args)
     except (ConfigError, ConfigTreeError, TrackingStoreError) as exc:
@@ -208,15 +208,27 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> argparse.Namespace:
+    """The parsed command line. `raystream plan` takes its options anywhere among its overrides: argparse ends a
+    `nargs="*"` positional at the first option after `kind`, so the overrides after it come back unrecognized and
+    are its overrides, in order (an unknown option still fails)."""
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "plan" and not any(x.startswith("-") for x in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     """Run the command. Each command's code is imported lazily, here: only that command's part of raystream loads
     (a `data` command imports neither Ray nor MLflow), and nothing imports Ray before `main`'s loopback_only()."""
     if args.command == "report":
         if args.map:
-            from raystream.tracking.report_map import main as map_main  # lazy: see _dispatch
+            from raystream.study.stream_map import main as map_main  # lazy: see _dispatch
 
             return map_main(args.experiment, out=args.out)
-        from raystream.tracking.report import main as report_main  # lazy: see _dispatch
+        from raystream.study.report import main as report_main  # lazy: see _dispatch
 
         return report_main(experiment=args.experiment, parent=args.parent, out=args.out)
     if args.command == "tracking":
@@ -335,7 +347,8 @@ def sweep_summary(outcome: "SweepOutcome") -> int:
     """Print how the sweep ended (the report table, then the MLflow UI lines; or what to run when the tracking store
     did not answer) and return the exit code: 0, 1 (every trial failed, or records left unsent), 130 / 143
     (interrupted by Ctrl-C / SIGTERM)."""
-    from raystream.tracking import report, ui  # lazy: the sweep's part (see _dispatch)
+    from raystream.study import report  # lazy: the sweep's part (see _dispatch)
+    from raystream.tracking import ui  # lazy: as above
 
     print()
     if outcome.interrupted:

@@ -147,7 +147,8 @@ class Campaign:
     def preset(self, name: str) -> None:
         ov = overrides(name, self.tiny, self.demo_dir)
         cfg = compose(ov)
-        where = self.result["presets"].setdefault(name, {"preset": name, "overrides": ov})
+        where = self.result["presets"].setdefault(name, {"preset": name, "overrides": ov,
+                                                         "stream_order": str(cfg.stream.order)})
         budget = max(30.0, min(self.left() - RESERVE * self.budget_s, BUDGET["bench"] * self.budget_s))
         # the model compiled against eager (on CUDA: regional, seconds); Orthogonal-AdamW's compiled step only when
         # asked (--optimizer-compile on): slower than the eager one on the H200 and minutes to compile (2026-11-27)

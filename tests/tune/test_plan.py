@@ -1,4 +1,4 @@
-"""`raystream plan train|sweep <overrides>` (raystream/tune/plan.py): steps, trials, concurrent trials, wall time,
+"""`raystream plan train|sweep <overrides>` (raystream/tune/plan.py, its text plan_text.py): steps, trials, concurrent trials, wall time,
 GPU-hours and cost of a command line before it is submitted, by the CLI in this process (`in_process`: it also
 fails a command that starts Ray). The steps are checked against the run's own count (`preflight.total_steps`), the
 trials against the sweep's plan (`space.plan`), the time and cost against the shipped H200 figures by arithmetic.
@@ -17,7 +17,7 @@ from cli_driver import in_process
 
 from raystream.config import compose
 from raystream.train.preflight import total_steps
-from raystream.tune.plan import SHIPPED, Rate, layout, step_seconds
+from raystream.tune.plan import layout
 from raystream.tune.space import plan as sweep_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,17 +71,6 @@ def test_a_paper_preset_at_the_shipped_h200_rate(run, demo):
     text = run("plan", "train", *overrides, "trainer.num_workers=1", "--gpus", "8", "--gpu-hour-price", "3.5").stdout
     assert "NVIDIA H200, 2026-11-27" in text and "6a55e9c" in text and "scaled from 64 to 128 clips per worker" in text
     assert "cost at 3.5 per GPU-hour" in text and "wall time:" in text
-
-
-def test_the_step_less_its_optimizer_step_scales_with_the_batch():
-    videomae = next(r for r in SHIPPED if r.scenario == "videomae")
-    seconds, note = step_seconds(videomae, 10.0, 128, "orthogonal_adamw")
-    assert seconds == pytest.approx((0.1 - 0.00372) * 2 + 0.00372) and "scaled from 64 to 128" in note
-    seconds, note = step_seconds(videomae, 10.0, 64, "adamw_foreach")
-    assert seconds == pytest.approx(0.1 - 0.00372 + 0.00379) and "adamw_foreach's step 3.79 ms" in note
-    bare = Rate("videomae", "tiny", 4, 32, "cpu", False, 8, 20.0, None, "orthogonal_adamw")
-    assert step_seconds(bare, 20.0, 4, "adamw") == (pytest.approx(0.025), pytest.approx(
-        "adamw's step not timed: orthogonal_adamw's rate used; scaled from 8 to 4 clips per worker"))
 
 
 def test_trials_wait_for_a_free_slot_in_order():

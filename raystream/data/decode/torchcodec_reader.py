@@ -15,7 +15,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from raystream.data.errors import DataError, first_line
+from raystream.data.errors import DataError, first_line, span
 
 
 def torchcodec_unavailable() -> Optional[str]:
@@ -104,15 +104,18 @@ class TorchCodecReader:
         try:
             data = self._dec.get_frames_at(indices).data
         except (RuntimeError, IndexError, ValueError) as exc:
-            span = f"[{indices[0]}..{indices[-1]}]"
-            raise DataError(f"{self.path}: torchcodec failed to decode frames {span}: {first_line(exc)}") from None
+            raise DataError(f"{self.path}: torchcodec failed to decode frames {span(indices)}: {first_line(exc)}") from None
         if self._device_size is not None and tuple(data.shape[1:3]) != self._device_size:
             data = scale_frames(data, self._device_size)
         return data if data.is_cuda else data.numpy()
 
     def times_of(self, indices: Sequence[int]) -> List[float]:
         """Seconds of frames `indices` from the first frame, as torchcodec's index has them (decodes them)."""
-        pts = self._dec.get_frames_at([0, *[int(i) for i in indices]]).pts_seconds.tolist()
+        try:
+            pts = self._dec.get_frames_at([0, *[int(i) for i in indices]]).pts_seconds.tolist()
+        except (RuntimeError, IndexError, ValueError) as exc:
+            raise DataError(f"{self.path}: torchcodec failed to decode frames {span([int(i) for i in indices])}: "
+                            f"{first_line(exc)}") from None
         return [float(p - pts[0]) for p in pts[1:]]
 
     @property

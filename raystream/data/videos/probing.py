@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from raystream.data.decode.backends import auto_order, installed_decoders, open_reader, unavailable
 from raystream.data.decode.exact import misread, pyav_misread
-from raystream.data.errors import DataError
+from raystream.data.errors import DataError, first_line
 from raystream.data.videos.listing import VideoEntry, VideoInfo
 
 _CACHE: Dict[tuple, Tuple[Optional[VideoInfo], Optional[str]]] = {}
@@ -154,9 +154,11 @@ def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None,
     invalid data), and its packets must hold the frames the container states (PyAVReader.truncation). Then each
     candidate decoder (`data.decoder`, or with `auto` the installed ones in order) must open the file, index it as
     the container does and decode the frames PyAV decodes (exact.misread) and its first and last frames; the first
-    that does reads the file (`decoded_by`), PyAV where none does (`pyav_because` says why each was passed over).
-    PyAV must itself find each frame from the start to past the first B-frame (exact.pyav_misread) wherever a
-    check compares with its frames or it reads the file; a file no decoder reads exactly is an error naming why.
+    that does reads the file (`decoded_by`), PyAV where none does (`pyav_because` says why each was passed over). A
+    candidate that fails on the file in any way (an error of its own library included) is passed over, saying so:
+    it is a decoder that does not read this file, not a file that cannot be read. PyAV must itself find each frame
+    from the start to past the first B-frame (exact.pyav_misread) wherever a check compares with its frames or it
+    reads the file; a file no decoder reads exactly is an error naming each decoder's reason.
     """
     opened = []
     try:
@@ -172,30 +174,39 @@ def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None,
         for name in _candidates(decoder) if candidates is None else candidates:
             if decoder == "auto" and _loads(name, on_first_load) is not None:
                 continue  # not installed here: auto passes it over without a word
-            try:
-                opened.append(open_reader(path, name, max_read_through=1 << 30))
-                because = misread(opened[-1], facts, name, pixels=pyav_wrong is None) or _ends(opened[-1], path)
-            except DataError as exc:  # PyAV reads the container, this decoder cannot
-                because = _strip_path(str(exc), path)
+            because = _verdict(path, name, facts, pyav_wrong is None, opened)
             if because is None:
                 reader, chosen = opened[-1], name
                 break
             passed.append(f"{name}: {because}" if decoder == "auto" else because)
-        if reader is facts and pyav_wrong is not None:
-            return {"error": "read exactly by no decoder here: " + "; ".join(
-                [p if decoder == "auto" else f"{decoder}: {p}" for p in passed] + [f"pyav: {pyav_wrong}"])}
-        problem = _ends(reader, path) if reader is facts else None
-        if problem is not None:
-            return {"error": problem}
+        problem = (pyav_wrong or _ends(facts, path)) if reader is facts else None
+        if problem is not None:  # PyAV's own failure alone (no other decoder tried) is the file's problem
+            return {"error": problem if not passed and pyav_wrong is None else "read exactly by no decoder here: "
+                    + "; ".join([p if decoder == "auto" else f"{decoder}: {p}" for p in passed] + [f"pyav: {problem}"])}
         return {"num_frames": reader.num_frames, "fps": reader.fps, "height": reader.height, "width": reader.width,
                 "pyav_because": "; ".join(passed) or None, "decoded_by": chosen}
     except DataError as exc:
         return {"error": _strip_path(str(exc), path)}
-    except Exception as exc:  # noqa: BLE001 - any decoder failure is a property of this file, reported by name
+    except Exception as exc:  # noqa: BLE001 - PyAV failing on the container is a property of this file, named
         return {"error": f"unreadable: {type(exc).__name__}: {exc}"}
     finally:
         for r in opened:
             r.close()
+
+
+def _verdict(path: str, name: str, facts, pixels: bool, opened: list) -> Optional[str]:
+    """Why decoder `name` does not read `path` exactly (None when it does): it cannot open it, its index or its
+    frames are not the container's (exact.misread, its frames compared with PyAV's `facts` where `pixels`), it
+    cannot decode the first or last frame, or it fails in any other way (its library's own errors, e.g.
+    torchcodec's "Requested next frame while there are no more frames left to decode"). The reader it opened is
+    appended to `opened`."""
+    try:
+        opened.append(open_reader(path, name, max_read_through=1 << 30))
+        return misread(opened[-1], facts, name, pixels=pixels) or _ends(opened[-1], path)
+    except DataError as exc:  # PyAV reads the container, this decoder cannot
+        return _strip_path(str(exc), path)
+    except Exception as exc:  # noqa: BLE001 - whatever a decoder raises on this file, it does not read it
+        return f"{name} fails on it: {type(exc).__name__}: {first_line(exc)}"
 
 
 def _loads(name: str, on_first_load: Optional[Callable[[], None]]) -> Optional[str]:

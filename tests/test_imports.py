@@ -1,17 +1,64 @@
-"""The import graph of raystream: no cycle (in-function imports included, so a cycle cannot hide in a function), and
-raystream.data's rooms point one way (stream -> videos -> decode, stream -> decode, demo; none of them knows eval,
-train, tune, tracking, Ray or MLflow). A static read of the source with ast: nothing is imported, so it is fast
-and exact."""
+"""The import graph of raystream: the layers written as import-linter contracts (pyproject.toml's
+[tool.importlinter]) hold, run as `lint-imports` from the repository's root; no module cycle (in-function imports
+included, so a cycle cannot hide in a function), and raystream.data's rooms point one way (stream -> videos ->
+decode, stream -> decode, demo; none of them knows eval, train, tune, tracking, Ray or MLflow). The rest is a static
+read of the source with ast: nothing is imported, so it is fast and exact."""
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Dict, List, Set
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "raystream"
+
+
+def _lint_imports(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """`lint-imports` (import-linter, the dev extra) run in `cwd` on the package found there, its cache off."""
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    assert exe, "lint-imports not found: install the dev extra (pip install -e '.[dev]'), which brings import-linter"
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    return subprocess.run([exe, "--no-cache", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_layers_hold():
+    """Every contract in pyproject.toml is kept: no upward import between raystream's packages, no circle, the pure
+    packages free of Ray and MLflow, MLflow recording free of data, eval and models."""
+    done = _lint_imports(ROOT.parent)
+    assert done.returncode == 0, "import-linter contracts broken (pyproject.toml [tool.importlinter]):\n" + \
+        done.stdout[done.stdout.find("Broken contracts"):] + done.stderr
+
+
+def test_the_layers_contract_sees_an_upward_import_inside_a_function(tmp_path):
+    """The same kind of contract on a two-layer package whose lower layer imports the upper one only inside a
+    function: lint-imports fails and names the import."""
+    pkg = tmp_path / "house"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("")
+    (pkg / "high.py").write_text("from house.low import floor\n")
+    (pkg / "low" / "floor.py").write_text("def up():\n    from house import high  # lazy\n    return high\n")
+    (tmp_path / ".importlinter").write_text(textwrap.dedent("""\
+        [importlinter]
+        root_package = house
+        [importlinter:contract:layers]
+        name = house layers
+        type = layers
+        containers = house
+        layers =
+            high
+            low
+        """))
+    done = _lint_imports(tmp_path)
+    assert done.returncode != 0
+    assert "house.low.floor -> house.high" in done.stdout
 
 
 def _module_of(path: Path) -> str:

@@ -9,7 +9,7 @@ scale), interpolating the metric and its seed spread linearly in log drift betwe
 points around the value; a value outside a line's measured range is said so, never extrapolated.
 
 The drift read is the evaluated module's when the scenario has one (DoRA's probes read `drift/teacher_backbone`),
-else `drift/params`. Used by `raystream report` (raystream/tracking/report.py): `matched.md`, `matched.csv` and
+else `drift/params`. Used by `raystream report` (raystream/study/report.py): `matched.md`, `matched.csv` and
 `<metric>_vs_drift.png`, artifacts of the sweep's parent run.
 """
 
@@ -20,10 +20,12 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import raystream.tracking.names as names
-from raystream.tracking.plots import save
+from raystream.markdown_table import markdown_table
+from raystream.study.plots import save
+from raystream.study.stats import mean_std
 
 LR_AXIS = "optimizer.lr"
 MATCHED_POINTS = 5  # common drift values per table
@@ -54,12 +56,6 @@ def compared_metrics(table) -> List[str]:
     return [m for m in table.metrics if m.startswith(names.EVAL_PREFIX)]
 
 
-def _mean_std(vals: Sequence[float]) -> Tuple[float, float]:
-    mean = sum(vals) / len(vals)
-    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0
-    return mean, std
-
-
 def line_points(table, key: str) -> Dict[Tuple[str, ...], List[Point]]:
     """Per line, keyed by its values of the row axes other than the lr (in `table.row_axes` order), its points
     sorted by drift; only lines measured at two lrs or more. Empty when the sweep's rows do not vary
@@ -72,8 +68,8 @@ def line_points(table, key: str) -> Dict[Tuple[str, ...], List[Point]]:
         drifts = row.values(key)
         if not drifts:
             continue
-        metrics = {m: _mean_std(row.values(m)) for m in compared_metrics(table) if row.values(m)}
-        out.setdefault(row.key[:at] + row.key[at + 1:], []).append(Point(float(row.key[at]), _mean_std(drifts),
+        metrics = {m: mean_std(row.values(m)) for m in compared_metrics(table) if row.values(m)}
+        out.setdefault(row.key[:at] + row.key[at + 1:], []).append(Point(float(row.key[at]), mean_std(drifts),
                                                                           metrics))
     for points in out.values():
         points.sort(key=lambda p: p.drift[0])
@@ -149,19 +145,19 @@ def markdown(table) -> str:
     if not found or not drifts:
         return ""
     header = ["line", "metric", *[f"{key} = {d:.3g}" for d in drifts]]
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out = []
     for metric in compared_metrics(table):
         for label, points in found.items():
             cells = []
             for d in drifts:
                 got = at_drift(points, metric, d)
                 cells.append(f"{got[0]:.4f} ± {got[1]:.4f}" if got else f"outside ({_range(points)})")
-            out.append("| " + " | ".join([label, names.report_column(metric), *cells]) + " |")
+            out.append([label, names.report_column(metric), *cells])
     lr_text = "; ".join(f"{label}: lr {', '.join(f'{p.lr:g}' for p in sorted(points, key=lambda p: p.lr))} "
                         f"reached {key} {_range(points)}" for label, points in found.items())
     return (f"matched drift: each metric interpolated at common values of {key} (linear in log drift between the "
             f"measured lr points; mean ± std over seeds; outside a line's measured range it is not extrapolated)\n"
-            f"{lr_text}\n\n" + "\n".join(out) + "\n")
+            f"{lr_text}\n\n" + markdown_table(header, out) + "\n")
 
 
 def write_csv(table, path: Path) -> Optional[Path]:

@@ -1,6 +1,7 @@
 """A sweep's report figures: each metric against each numeric grid axis (batch size on a log2 axis), and the
 paper's gradient-cosine figures over the sweep's trials (Figure 3's histogram per optimizer, Figure 1's curve per
-row). Matplotlib's Agg backend, loaded only when a report draws.
+row), and `save`, which every figure of the study (matched drift's, the map's) is written with. Matplotlib's Agg
+backend, loaded only when a report draws.
 """
 
 from __future__ import annotations
@@ -12,8 +13,19 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import raystream.tracking.names as names
-from raystream.tracking.plots import save
-from raystream.tracking.report_table import OPTIMIZER_PARAM, Table, Trial, is_number, mean, std
+from raystream.study.stats import mean, std
+from raystream.study.table import OPTIMIZER_PARAM, Table, Trial, is_number
+
+
+def save(fig, ax, path: Path, legend_loc: str = "best") -> Path:
+    """Write `fig` to `path` (PNG, 100 dpi) with `ax`'s legend, and free it."""
+    import matplotlib.pyplot as plt  # lazy: the caller chose the backend
+
+    ax.legend(fontsize=7, loc=legend_loc)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def slug(text: str) -> str:

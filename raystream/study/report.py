@@ -14,7 +14,7 @@ optimizer, the paper's Figure 3; its curve over steps per row, Figure 1) to `--o
 each row's weights moved; a sweep over `optimizer.lr` also gets each metric at matched drift
 (`matched.md`, `matched.csv`, `<metric>_vs_drift.png`). `--map` reads all the matched-drift sweeps of an experiment
 into one table and figure: Orthogonal-AdamW's lead at matched drift against each stream's correlation
-(report_map.py).
+(stream_map.py).
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import raystream.tracking.names as names
-from raystream.tracking import matched
+from raystream.study import matched
+from raystream.study.plots import plot_grad_cos, plot_grad_cos_curves, plot_vs_axes, slug
+from raystream.study.stats import mean
+from raystream.study.table import OPTIMIZER_PARAM, Row, Table, Trial, is_number
 from raystream.tracking.names import (CORRELATION_PREFIX, ERROR_TAG, GRAD_COS_MEAN, GRID_TAG_PREFIX, ROLE_TAG,
                                       SAMPLE_TAG_PREFIX, TRIALS_ARTIFACT, is_seed_key)
-from raystream.tracking.report_plots import plot_grad_cos, plot_grad_cos_curves, plot_vs_axes, slug
-from raystream.tracking.report_table import OPTIMIZER_PARAM, Row, Table, Trial, is_number
 from raystream.tracking.store import TrackingStoreError, prepare_store
 from raystream.tracking.store import client as store_client
 from raystream.tracking.store import tracking_uri as default_uri
@@ -46,17 +47,23 @@ def _client(tracking_uri: Optional[str]):
     return store_client(uri), uri
 
 
+def experiment_named(client, experiment: str):
+    """The MLflow experiment `experiment`; LookupError naming the experiments the store has when there is none."""
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        there = sorted(e.name for e in client.search_experiments())
+        raise LookupError(f"no MLflow experiment named {experiment!r}; the store has "
+                          + (", ".join(repr(n) for n in there) if there else "none"))
+    return exp
+
+
 def find_parent(client, experiment: Optional[str] = None, parent: Optional[str] = None):
     """The sweep's parent run: `parent` by id, else the latest sweep parent run of MLflow experiment `experiment`.
     LookupError naming the experiments the store has when there is no `experiment`, and its single runs when it
     holds no sweep."""
     if parent:
         return client.get_run(parent)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        there = sorted(e.name for e in client.search_experiments())
-        raise LookupError(f"no MLflow experiment named {experiment!r}; the store has "
-                          + (", ".join(repr(n) for n in there) if there else "none"))
+    exp = experiment_named(client, experiment)
     runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`{ROLE_TAG}` = '{names.ROLE_SWEEP}'",
                               order_by=["attributes.start_time DESC"], max_results=1)
     if not runs:
@@ -65,6 +72,21 @@ def find_parent(client, experiment: Optional[str] = None, parent: Optional[str] 
                           f"{names.ROLE_SWEEP}) but {singles} single run(s): `raystream report` tables a sweep's "
                           f"trials; {singles_hint(client.tracking_uri)}")
     return runs[0]
+
+
+def latest_sweeps(client, experiment: str) -> list:
+    """The latest sweep parent run of each sweep file (tag raystream.sweep) in `experiment`, by sweep name.
+    LookupError naming the experiments there are when there is no such experiment or it holds no sweep."""
+    exp = experiment_named(client, experiment)
+    runs = client.search_runs([exp.experiment_id],
+                              filter_string=f"tags.`{names.ROLE_TAG}` = '{names.ROLE_SWEEP}'",
+                              order_by=["attributes.start_time DESC"], max_results=10000)
+    latest = {}
+    for run in runs:
+        latest.setdefault(run.data.tags.get(names.SWEEP_TAG, run.info.run_name), run)
+    if not latest:
+        raise LookupError(f"MLflow experiment {experiment!r} holds no sweep")
+    return [latest[k] for k in sorted(latest)]
 
 
 def singles_hint(uri: str) -> str:
@@ -157,7 +179,7 @@ def build_table(client, parent_run) -> Table:
     for t in finished:  # the paper's Figure 1 figure as a column: the run's mean consecutive-gradient cosine
         cos = [m.value for m in client.get_metric_history(t.run_id, names.GRAD_COS_PREV) if math.isfinite(m.value)]
         if cos:
-            t.metrics[GRAD_COS_MEAN] = sum(cos) / len(cos)
+            t.metrics[GRAD_COS_MEAN] = mean(cos)
     metric_names = sorted({m for t in finished for m in t.metrics
                            if m.startswith((names.EVAL_PREFIX, CORRELATION_PREFIX, names.DRIFT_PREFIX))
                            or m == GRAD_COS_MEAN})
@@ -235,7 +257,7 @@ def open_store(experiment: Optional[str], tracking_uri: Optional[str]):
 def main(experiment: Optional[str] = None, parent: Optional[str] = None, out: Optional[str] = None,
          tracking_uri: Optional[str] = None) -> int:
     """`raystream report (--experiment NAME | --parent RUN_ID) [--out DIR]`: print the table, write the files.
-    (`--map --experiment NAME`, the map of an experiment's matched-drift sweeps, is report_map.py's.)"""
+    (`--map --experiment NAME`, the map of an experiment's matched-drift sweeps, is stream_map.py's.)"""
     store = open_store(experiment, tracking_uri)
     if store is None:
         return 2

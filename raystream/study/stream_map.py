@@ -35,7 +35,6 @@ line, seed spread as bars) under `--out` (default reports/map-<experiment>).
 from __future__ import annotations
 
 import csv
-import itertools
 import math
 import sys
 from dataclasses import dataclass
@@ -43,10 +42,12 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import raystream.tracking.names as names
-from raystream.tracking import matched
-from raystream.tracking.plots import save
-from raystream.tracking.report import build_table, open_store
-from raystream.tracking.report_table import Table, mean, std
+from raystream.markdown_table import markdown_table
+from raystream.study import matched
+from raystream.study.plots import save
+from raystream.study.report import build_table, latest_sweeps, open_store
+from raystream.study.stats import mean, spearman, std
+from raystream.study.table import Table
 
 IN_STREAM = "eval/psnr_in_stream"  # dB, higher is better
 OUT_OF_STREAM = "eval/mse_out_of_stream"  # lower is better: its advantage is in % of AdamW's
@@ -101,7 +102,7 @@ def _per_seed(table: Table, rows, metric: str) -> MeanStd:
             v = t.metrics.get(metric)
             if v is not None and math.isfinite(v):
                 by_seed.setdefault(tuple(t.grid.get(a, "?") for a in table.seed_axes), []).append(v)
-    vals = [sum(v) / len(v) for v in by_seed.values()]
+    vals = [mean(v) for v in by_seed.values()]
     return (mean(vals), std(vals), len(vals)) if vals else None
 
 
@@ -121,7 +122,7 @@ def _advantage(adamw: List[matched.Point], orth: List[matched.Point], metric: st
             spreads.append(math.hypot(a[1], o[1]))
     if not leads:
         return None
-    return Advantage(sum(leads) / len(leads), min(leads), max(leads), sum(spreads) / len(spreads))
+    return Advantage(mean(leads), min(leads), max(leads), mean(spreads))
 
 
 def _tuned(adamw: List[matched.Point], orth: List[matched.Point], metric: str) -> Optional[Tuple[float, float]]:
@@ -202,28 +203,6 @@ def map_rows(table: Table, stream: Optional[str] = None) -> List[MapRow]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------- the store
-
-
-def latest_sweeps(client, experiment: str) -> list:
-    """The latest sweep parent run of each sweep file (tag raystream.sweep) in `experiment`, by sweep name.
-    LookupError naming the experiments there are when there is no such experiment or it holds no sweep."""
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        there = sorted(e.name for e in client.search_experiments())
-        raise LookupError(f"no MLflow experiment named {experiment!r}; the store has "
-                          + (", ".join(repr(n) for n in there) if there else "none"))
-    runs = client.search_runs([exp.experiment_id],
-                              filter_string=f"tags.`{names.ROLE_TAG}` = '{names.ROLE_SWEEP}'",
-                              order_by=["attributes.start_time DESC"], max_results=10000)
-    latest = {}
-    for run in runs:
-        latest.setdefault(run.data.tags.get(names.SWEEP_TAG, run.info.run_name), run)
-    if not latest:
-        raise LookupError(f"MLflow experiment {experiment!r} holds no sweep")
-    return [latest[k] for k in sorted(latest)]
-
-
 # ---------------------------------------------------------------------------------------------- the files
 
 
@@ -249,19 +228,19 @@ HEADER = ["stream", "order", "line", "seeds", "correlation at start (order / shu
 
 def markdown(rows: List[MapRow]) -> str:
     """The map as a Markdown table; a positive lead is Orthogonal-AdamW ahead."""
-    out = ["| " + " | ".join(HEADER) + " |", "|" + "|".join("---" for _ in HEADER) + "|"]
+    out = []
     for r in rows:
         drift = ("none" if r.overlap is None else
                  f"{r.overlap[0]:.3g}-{r.overlap[1]:.3g} ({100 * r.coverage:.0f}%)")
-        out.append("| " + " | ".join([
+        out.append([
             r.stream, names.short_value(ORDER_AXIS, r.order), names.short_value("optimizer", r.line), str(r.seeds),
             f"{_ms(r.corr_start)} / {_ms(r.corr_start_shuffled)}",
             f"{_ms(r.cos_training)} / {_ms(r.cos_training_shuffled)}", drift,
             _adv(r.in_stream, ""), _adv(r.out_of_stream, "%"),
-            f"{_lead(r.tuned_in_stream, '')} / {_lead(r.tuned_out_of_stream, '%')}"]) + " |")
+            f"{_lead(r.tuned_in_stream, '')} / {_lead(r.tuned_out_of_stream, '%')}"])
     return ("the map: Orthogonal-AdamW's lead over AdamW at matched drift (positive: ahead; mean over the drifts both "
             f"reached, their range in brackets, ± the seed spread), beside the stream's correlation\n\n"
-            + "\n".join(out) + "\n")
+            + markdown_table(HEADER, out) + "\n")
 
 
 @dataclass
@@ -279,30 +258,6 @@ class Prediction:
 
 MEASURES = (("correlation at start", "corr_start"), ("AdamW grad cos in training", "cos_training"))
 LEADS = (("in stream", "in_stream"), ("out of stream", "out_of_stream"))
-EXACT_UP_TO = 8  # streams: 8! = 40,320 orderings
-
-
-def _pearson(a: Sequence[float], b: Sequence[float]) -> float:
-    ma, mb = sum(a) / len(a), sum(b) / len(b)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(a, b))
-    den = math.sqrt(sum((x - ma) ** 2 for x in a) * sum((y - mb) ** 2 for y in b))
-    return cov / den if den else math.nan
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> Tuple[float, Optional[float]]:
-    """(rho, p): Spearman's rank correlation and the share of all orderings of y whose |rho| is at least as large
-    (exact; None for more than EXACT_UP_TO values). rho is nan where either side has a single value."""
-    from scipy.stats import rankdata  # lazy: scipy only when a map is ranked
-
-    rx, ry = list(rankdata(x)), list(rankdata(y))  # ties share their mean rank
-    rho = _pearson(rx, ry)
-    if math.isnan(rho) or len(x) > EXACT_UP_TO:
-        return rho, None
-    perms = list(itertools.permutations(ry))
-    hits = sum(abs(_pearson(rx, perm)) >= abs(rho) - 1e-12 for perm in perms)
-    return rho, hits / len(perms)
-
-
 def predictions(rows: List[MapRow]) -> List[Prediction]:
     """Per Orthogonal-AdamW line with a matched lead on at least 3 streams: rho of each correlation measure against
     each lead over those streams."""
@@ -322,14 +277,12 @@ def predictions_markdown(found: List[Prediction]) -> str:
     if not found:
         return ("does the correlation predict the lead? too few streams: a line needs a matched lead on at least 3 "
                 "streams\n")
-    out = ["| line | correlation measure | lead | streams | Spearman rho | p (exact, two-sided) |",
-           "|---|---|---|---|---|---|"]
-    for f in found:
-        out.append(f"| {names.short_value('optimizer', f.line)} | {f.measure} | {f.lead} | {f.n} | {f.rho:+.2f} | "
-                   + ("-" if f.p is None else f"{f.p:.3f}") + " |")
+    header = ["line", "correlation measure", "lead", "streams", "Spearman rho", "p (exact, two-sided)"]
+    out = [[names.short_value("optimizer", f.line), f.measure, f.lead, str(f.n), f"{f.rho:+.2f}",
+            "-" if f.p is None else f"{f.p:.3f}"] for f in found]
     return ("does the correlation predict the lead? Spearman's rank correlation across the streams (positive: more "
             "correlated streams, larger lead; p: the share of all orderings of the streams at least as extreme)\n\n"
-            + "\n".join(out) + "\n")
+            + markdown_table(header, out) + "\n")
 
 
 def write_csv(rows: List[MapRow], path: Path) -> Path:

@@ -8,9 +8,11 @@ import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import raystream.tracking.names as names
+from raystream.markdown_table import markdown_table
+from raystream.study.stats import mean, std
 
 OPTIMIZER_PARAM = "optimizer.name"  # the config key, logged as a param of every run
 
@@ -53,17 +55,17 @@ class Table:
     def to_markdown(self) -> str:
         """The table in Markdown: a path value shows its last part (the CSV keeps it whole)."""
         header = [*self.row_axes, "n", *self.sample_axes, *map(names.report_column, self.metrics)]
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        rows = []
         for row in self.rows:
             cells = [names.path_tail(v) for v in row.key]
             cells += [str(len(row.trials)) + (f" ({row.failed} failed)" if row.failed else "")]
             cells += [_fmt_meanstd([t.sample[k] for t in row.trials if k in t.sample], sci=True)
                       for k in self.sample_axes]
             cells += [_fmt_meanstd(row.values(m)) for m in self.metrics]
-            lines.append("| " + " | ".join(cells) + " |")
+            rows.append(cells)
         title = f"sweep `{self.sweep}` (MLflow parent run {self.parent_run_id}); mean ± std over " \
                 f"{', '.join(self.seed_axes) or 'trials'}"
-        text = title + "\n\n" + "\n".join(lines) + "\n"
+        text = title + "\n\n" + markdown_table(header, rows) + "\n"
         if self.failures:
             text += "\nfailed trials:\n" + "".join(f"- {tid}: {why}\n" for tid, why in self.failures)
         return text
@@ -80,17 +82,6 @@ class Table:
                     vals = row.values(m)
                     out += [mean(vals), std(vals)]
                 w.writerow(["" if v is None else v for v in out])
-
-
-def mean(vals: Sequence[float]) -> Optional[float]:
-    return sum(vals) / len(vals) if vals else None
-
-
-def std(vals: Sequence[float]) -> Optional[float]:
-    if len(vals) < 2:
-        return 0.0 if vals else None
-    m = mean(vals)
-    return math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
 
 
 def _fmt(v: float, sci: bool = False) -> str:

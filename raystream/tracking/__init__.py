@@ -1,19 +1,20 @@
-"""raystream.tracking: MLflow set-up, the names of what runs record, exactly-once step logging, plots.
+"""raystream.tracking: MLflow recording. It records the plain events and values the layers above hand it and imports
+none of data, eval, models, train, tune or study (the contracts in pyproject.toml's [tool.importlinter]).
 
-    tracking_uri(cfg) -> str         # cfg.mlflow.tracking_uri, else MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlflow.db
-    start_run(client, experiment=, uri=, run_name=, parent_run_id=, tags=, resume_run_id=) -> run id
-    StepLogger(uri, run_id, record).log(metrics, step); .flush(); .close()  # each (metric, step) once, never
-                                                           # blocking: appended to the record, mirrored behind
-    events.Record(path)              # a run's record, <run dir>/events.jsonl: every write to MLflow, in order
-    mirror.mirror_now(path)          # the record into MLflow by (key, step); `raystream tracking upload`
-    parent.open_parent / ParentClose # a sweep's parent run: created or resumed, and each session's end
-    grad_cosine_plots(series, out_dir)                     # the paper's Figures 1 and 3
-    prepare_store(uri, create=True)  # before Ray starts: reachable, writable, a new sqlite store fully created
-    report.main(experiment=, parent=, out=)                # `raystream report`: a sweep's table from MLflow
-    inputs.input_events(cfg, run, videos, needs)           # the run's videos as MLflow dataset inputs (digest)
-    logged_model.model_events(...) / .log(...)             # checkpoints as LoggedModels; a start registered
-    registry.resolve("models:/<name>@<alias>")             # a models:/ start, fetched into the node's cache
-Metric, tag and artifact names: raystream/tracking/names.py.
+    config.py          TrackingConfig: the `mlflow` section of the run config (plain data)
+    names.py           the names of what runs record: metrics, tags, params, artifacts, and their renames
+    store.py           where records live: tracking_uri, prepare_store, client, start_run / end_run, retries
+    events.py          a run's record, <run dir>/events.jsonl: every write to MLflow, in order
+    mirror.py          the record into MLflow by (key, step), live and as `raystream tracking upload`
+    logger.py          StepLogger: each (metric, step) once, never blocking, appended to the record
+    plots.py           a run's gradient-cosine figures (the paper's Figures 1 and 3) from its metric history
+    system_metrics.py  a node's system metrics in its MLflow run (NodeMonitor)
+    parent.py          a sweep's parent run: created or resumed, and each session's end
+    ui.py              the MLflow UI page comparing a sweep's trials, and the lines that open it
+    inputs.py          a run's videos as MLflow dataset inputs (digest)
+    logged_model.py    checkpoints as LoggedModels; a start registered as a model version
+    registry.py        a models:/<name>@<alias> start, fetched into the node's cache
+The analysis of finished runs (`raystream report`) is raystream.study's.
 """
 
 from raystream.tracking import names

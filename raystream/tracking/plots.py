@@ -65,14 +65,3 @@ def grad_cosine_plots(series: Dict[str, Series], out_dir: Path, title: str = "")
     fig.savefig(files[-1], dpi=120)
     plt.close(fig)
     return files
-
-
-def save(fig, ax, path: Path, legend_loc: str = "best") -> Path:
-    """Write `fig` to `path` (PNG, 100 dpi) with `ax`'s legend, and free it."""
-    import matplotlib.pyplot as plt  # lazy: the caller chose the backend
-
-    ax.legend(fontsize=7, loc=legend_loc)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path

@@ -185,7 +185,7 @@ def test_report_table_printed_written_and_logged(sweep, monkeypatch, capsys):
     # `raystream report` reads it back from MLflow alone (no Ray), from the embedded store in the working directory:
     # in this process (a driver process of its own is 5-10 CPU-seconds of imports; the CLI's `report` runs as a
     # subprocess in tests/e2e/sweep_from_cli.py).
-    from raystream.tracking.report import main as report_main
+    from raystream.study.report import main as report_main
 
     monkeypatch.chdir(tmp)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from raystream.tracking import matched
-from raystream.tracking.report_table import Row, Table, Trial
+from raystream.study import matched
+from raystream.study.table import Row, Table, Trial
 
 AXES = ["optimizer", "optimizer.lr"]
 

@@ -14,8 +14,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from raystream.config import compose, config_dir
-from raystream.tracking import report
-from raystream.tracking.report import build_table, find_parent, write_report
+from raystream.study import report
+from raystream.study.report import build_table, find_parent, write_report
 from raystream.tune.space import plan
 from raystream.train import storage
 from raystream.tracking.parent import ParentClose
@@ -208,3 +208,11 @@ def test_a_run_logged_under_a_metric_s_old_name_reads_under_its_new_name(sweep_s
     assert not any("eval/attn_top1" in t.metrics for t in trials)
     table = build_table(client, client.get_run(parent.info.run_id))
     assert table.metrics == ["eval/attentive_top1"] and table.metric == "eval/attentive_top1"
+
+
+def test_the_report_of_a_missing_store_creates_none(tmp_path, capsys):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert report.main(experiment="missing", tracking_uri=uri) == 2
+    err = capsys.readouterr().err
+    assert "no MLflow store" in err and uri in err
+    assert not (tmp_path / "mlflow.db").exists()

@@ -1,4 +1,4 @@
-"""The map (raystream/tracking/report_map.py) from a real MLflow store holding two matched-drift sweeps recorded the
+"""The map (raystream/tracking/stream_map.py) from a real MLflow store holding two matched-drift sweeps recorded the
 way a sweep records them (parent runs from the sweep files' plans, child runs tagged with their cells): per stream,
 the correlation at the start per seed, AdamW's gradient cosine in training along the order and shuffled, and
 Orthogonal-AdamW's lead over AdamW at matched drift in stream and out of stream with the seed spread; a stream
@@ -15,7 +15,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric
 
 from raystream.config import compose, config_dir
-from raystream.tracking import report, report_map
+from raystream.study import report, stream_map
 from raystream.tune.space import plan
 from raystream.tune.sweep_run import parent_run
 from raystream.tune.trial import trial_tags
@@ -84,9 +84,9 @@ def map_store(tmp_path_factory):
 
 def test_the_map_reads_the_lead_at_matched_drift_beside_the_correlation(map_store):
     client, uri, _ = map_store
-    parents = report_map.latest_sweeps(client, "maptest")
+    parents = stream_map.latest_sweeps(client, "maptest")
     rows = {r.stream: r for p in parents
-            for r in report_map.map_rows(report.build_table(client, p), p.data.tags["raystream.sweep"])}
+            for r in stream_map.map_rows(report.build_table(client, p), p.data.tags["raystream.sweep"])}
     assert set(rows) == set(STREAMS)
     ahead = rows["map_ahead"]
     assert (ahead.order, ahead.line, ahead.seeds) == ("batch_along_time", "orthogonal_adamw", 2)
@@ -109,7 +109,7 @@ def test_the_map_reads_the_lead_at_matched_drift_beside_the_correlation(map_stor
 
 def test_report_map_writes_the_table_csv_and_figure(map_store, tmp_path, capsys):
     client, uri, _ = map_store
-    assert report_map.main("maptest", out=str(tmp_path / "map"), tracking_uri=uri) == 0
+    assert stream_map.main("maptest", out=str(tmp_path / "map"), tracking_uri=uri) == 0
     out = capsys.readouterr().out
     assert "| map_ahead | time | orth_adamw | 2 | 0.70 ± 0.14 / 0.05 ± 0.00 | 0.89 ± 0.00 / 0.30 ± 0.00 | " \
            "0.1-0.2 (100%) | +1.00 ± 0.10 (+1.00 to +1.00) | +10.00% ± 0.00 (+10.00 to +10.00) | " \
@@ -123,24 +123,24 @@ def test_report_map_writes_the_table_csv_and_figure(map_store, tmp_path, capsys)
     assert (tmp_path / "map" / "map.png").stat().st_size > 0
     assert "too few streams: a line needs a matched lead on at least 3 streams" in out  # two streams here
     assert "too few streams" in (tmp_path / "map" / "map.md").read_text()
-    assert report_map.main("nope", tracking_uri=uri) == 2
+    assert stream_map.main("nope", tracking_uri=uri) == 2
     assert "no MLflow experiment named 'nope'" in capsys.readouterr().err
-    assert report_map.main(None, tracking_uri=uri) == 2
+    assert stream_map.main(None, tracking_uri=uri) == 2
     assert "give --experiment NAME" in capsys.readouterr().err
 
 
 def test_spearman_is_the_rank_correlation_with_an_exact_permutation_p():
-    assert report_map.spearman([1, 2, 3, 4, 5], [2, 4, 6, 8, 10]) == pytest.approx((1.0, 2 / 120))  # 2 of 5! at |1|
-    assert report_map.spearman([1, 2, 3, 4, 5], [1, 3, 2, 5, 4]) == pytest.approx((0.8, 16 / 120))
-    assert report_map.spearman([0.1, 0.5, 0.5, 0.9], [3.0, 1.0, 2.0, 0.0])[0] == pytest.approx(-0.9486833)  # ties
-    rho, p = report_map.spearman([1, 2, 3], [7, 7, 7])
+    assert stream_map.spearman([1, 2, 3, 4, 5], [2, 4, 6, 8, 10]) == pytest.approx((1.0, 2 / 120))  # 2 of 5! at |1|
+    assert stream_map.spearman([1, 2, 3, 4, 5], [1, 3, 2, 5, 4]) == pytest.approx((0.8, 16 / 120))
+    assert stream_map.spearman([0.1, 0.5, 0.5, 0.9], [3.0, 1.0, 2.0, 0.0])[0] == pytest.approx(-0.9486833)  # ties
+    rho, p = stream_map.spearman([1, 2, 3], [7, 7, 7])
     assert math.isnan(rho) and p is None
-    assert report_map.spearman(list(range(9)), list(range(9))) == (pytest.approx(1.0), None)  # past exact
+    assert stream_map.spearman(list(range(9)), list(range(9))) == (pytest.approx(1.0), None)  # past exact
 
 
 def _row(stream, line, corr, cos, lead_in, lead_out):
-    adv = (lambda v: None if v is None else report_map.Advantage(v, v, v, 0.0))
-    return report_map.MapRow(stream=stream, order="batch_along_time", line=line, seeds=3, corr_start=(corr, 0.0, 3),
+    adv = (lambda v: None if v is None else stream_map.Advantage(v, v, v, 0.0))
+    return stream_map.MapRow(stream=stream, order="batch_along_time", line=line, seeds=3, corr_start=(corr, 0.0, 3),
                              corr_start_shuffled=None, cos_training=(cos, 0.0, 3), cos_training_shuffled=None,
                              overlap=(0.1, 0.2), coverage=1.0, in_stream=adv(lead_in), out_of_stream=adv(lead_out))
 
@@ -152,12 +152,12 @@ def test_the_map_says_whether_the_correlation_orders_the_leads_across_streams():
             _row("c", "orthogonal_adamw", 0.6, 0.7, 0.5, -2.0), _row("d", "orthogonal_adamw", 0.9, 0.8, 0.9, -9.0),
             _row("e", "orthogonal_adamw", 0.95, 0.6, None, None),
             _row("a", "orthogonal_adamw_099", 0.2, 0.5, 0.1, 5.0), _row("b", "orthogonal_adamw_099", 0.5, 0.9, 0.3, 1.0)]
-    found = {(f.line, f.measure, f.lead): f for f in report_map.predictions(rows)}
-    assert set(found) == {("orthogonal_adamw", m, lead) for m, _ in report_map.MEASURES for lead, _ in report_map.LEADS}
+    found = {(f.line, f.measure, f.lead): f for f in stream_map.predictions(rows)}
+    assert set(found) == {("orthogonal_adamw", m, lead) for m, _ in stream_map.MEASURES for lead, _ in stream_map.LEADS}
     start_in = found[("orthogonal_adamw", "correlation at start", "in stream")]
     assert (start_in.n, start_in.rho, start_in.p) == (4, pytest.approx(1.0), pytest.approx(2 / 24))
     assert found[("orthogonal_adamw", "correlation at start", "out of stream")].rho == pytest.approx(-1.0)
     assert found[("orthogonal_adamw", "AdamW grad cos in training", "in stream")].rho == pytest.approx(0.4)
-    text = report_map.predictions_markdown(report_map.predictions(rows))
+    text = stream_map.predictions_markdown(stream_map.predictions(rows))
     assert "| orth_adamw | correlation at start | in stream | 4 | +1.00 | 0.083 |" in text
     assert "orth_adamw_099" not in text  # two streams: no rank correlation for that line

@@ -155,16 +155,6 @@ def test_a_new_sqlite_store_is_created_once_and_appears_complete(tmp_path):
     assert {e.name for e in make_client(uri).search_experiments()} >= {"a", "b", "c"}
 
 
-def test_the_report_of_a_missing_store_creates_none(tmp_path, capsys):
-    from raystream.tracking import report
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert report.main(experiment="missing", tracking_uri=uri) == 2
-    err = capsys.readouterr().err
-    assert "no MLflow store" in err and uri in err
-    assert not (tmp_path / "mlflow.db").exists()
-
-
 def test_experiments_open_on_the_runs_table_in_the_mlflow_ui(tmp_path):
     from raystream.tracking.store import experiment_id
 

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from raystream.config import ConfigError, RunConfig, check, compose
-from raystream.tune.config import GROUPS, SampleSpec, parse_sample, sample_bounds
+from raystream.config.sweep import GROUPS, SampleSpec, parse_sample, sample_bounds
 
 
 @dataclass

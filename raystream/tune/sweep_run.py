@@ -14,7 +14,7 @@ from raystream import config_tree
 from raystream.tracking import names, ui
 from raystream.tracking.names import GRID_TAG_PREFIX, ROLE_TAG, SWEEP_RUN_TAG, SWEEP_TAG
 from raystream.tracking.parent import ParentRecord, git_commit, open_parent
-from raystream.tune.config import GROUPS
+from raystream.config.sweep import GROUPS
 from raystream.tune.space import SweepPlan
 
 

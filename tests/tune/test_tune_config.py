@@ -9,7 +9,7 @@ import re
 import pytest
 
 from raystream.config import ConfigError, compose
-from raystream.tune.config import SampleSpec, parse_sample
+from raystream.config.sweep import SampleSpec, parse_sample
 from raystream.tune.space import plan
 
 SHIPPED = {"smoke": 4, "paper_table": 54, "beta": 12, "batch_size": 32, "slower_adamw": 9, "projection": 6}

@@ -2,6 +2,15 @@
 
 Every command (`train`, `sweep`, `data inspect`, ...) goes through `compose`, so an unknown key or a bad value fails
 here, before Ray starts, with a message naming the key. Ray-free.
+
+The config layer sits above the pure packages and tracking and below train and tune (pyproject.toml's
+[tool.importlinter]): each section's schema lives with what it configures when that is lower (data, models, optim,
+eval, tracking), and in this package when what it configures is higher, so composing imports nothing above it:
+
+    __init__.py       RunConfig (every section), compose, check, flatten, ConfigError: the composed run config
+    trainer.py        TrainerConfig: the `trainer` section (sweeps/trainer/*.yaml) and its checks
+    sweep.py          SweepConfig: the `sweep` section (sweeps/sweep/*.yaml), its grid, samples and their checks
+    sweep_study.py    StudyConfig: a sweep's budget, comparison and seed range (issue 68) and their checks
 """
 
 from __future__ import annotations
@@ -36,9 +45,9 @@ from raystream.optim import factory as optim_config
 from raystream.optim.factory import OptimizerConfig
 from raystream.tracking import config as tracking_config
 from raystream.tracking.config import TrackingConfig
-from raystream.train import config as train_config
-from raystream.train.config import TrainerConfig
-from raystream.tune.config import SweepConfig, check_sweep
+from raystream.config import trainer as train_config
+from raystream.config.sweep import SweepConfig, check_sweep
+from raystream.config.trainer import TrainerConfig
 
 
 class ConfigError(ValueError):
@@ -223,7 +232,7 @@ SECTION_CHECKS: Tuple[Tuple[str, Sequence[Check]], ...] = (
     ("trainer", train_config.CHECKS),
     ("eval", eval_config.CHECKS),
     ("mlflow", tracking_config.CHECKS),
-    ("", [Check("sweep", lambda v: check_sweep(v, ConfigError), "a valid sweep (see raystream/tune/config.py)")]),
+    ("", [Check("sweep", lambda v: check_sweep(v, ConfigError), "a valid sweep (see raystream/config/sweep.py)")]),
 )
 
 

@@ -12,8 +12,8 @@ A sweep file names its search space, keyed by dotted config paths:
       trainer.max_steps: 40
 
 A grid key may also be a config group (`optimizer: [adamw, orthogonal_adamw]` picks sweeps/optimizer/<v>.yaml).
-`check_sweep` checks the structure of these fields (called from raystream/config.py's checks); that each key exists
-in the composed config and each cell's values pass the range checks is checked by `raystream.tune.space.plan`,
+`check_sweep` checks the structure of these fields (called from raystream/config/__init__.py's checks); that each key
+exists in the composed config and each cell's values pass the range checks is checked by `raystream.tune.space.plan`,
 before Ray starts.
 """
 
@@ -26,14 +26,14 @@ from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Typ
 
 from raystream.checks import PATH_NAME, is_path_name
 from raystream.tracking.names import is_seed_key
-from raystream.tune.study_config import StudyConfig, check_study
+from raystream.config.sweep_study import StudyConfig, check_study
 
 # Config groups a grid axis may select by name (sweeps/<group>/<value>.yaml); `sweep` itself is not one.
 GROUPS = ("data", "stream", "scenario", "optimizer", "trainer")
 
 
 @dataclass
-class SweepConfig(StudyConfig):  # budget, compare, seeds: raystream/tune/study_config.py (issue 68)
+class SweepConfig(StudyConfig):  # budget, compare, seeds: raystream/config/sweep_study.py (issue 68)
     name: str = "smoke"
     grid: Dict[str, Any] = field(default_factory=dict)
     # Grid cells left out: each entry names some grid axes with one value each, and a cell that has all of them is not

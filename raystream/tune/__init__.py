@@ -2,7 +2,7 @@
 
     raystream.tune.sweep.run_sweep(cfg, overrides, fit=None) -> SweepOutcome
 `raystream sweep <overrides>` (default sweep=smoke) runs it and prints its summary and exit code (raystream/cli.py).
-The report a sweep prints (`raystream report`) only reads MLflow: raystream/tracking/report.py.
+The report a sweep prints (`raystream report`) only reads MLflow: raystream/study/report.py.
 
 Files: config.py (the `sweep` group's dataclass and checks), space.py (sweep file -> grid cells of checked
 configs), searcher.py (grid x Optuna), sweep.py (plan -> lock -> parent run -> Tuner -> outcomes; resume),

@@ -1,4 +1,4 @@
-"""The matched-drift table (raystream/tracking/matched.py) on a hand-made sweep table: interpolation linear in log
+"""The matched-drift table (raystream/study/matched.py) on a hand-made sweep table: interpolation linear in log
 drift between measured lr points, seed spread carried along, and no extrapolation outside a line's range."""
 
 import math

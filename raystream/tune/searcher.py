@@ -79,3 +79,12 @@ class GridOptunaSearcher(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
             self.__dict__.update(pickle.load(f))
+
+    def next_cell(self) -> Optional[int]:
+        """The cell the next suggestion runs (None when every trial was suggested): read by the budget's wrapper
+        (raystream.tune.budget_search) before it lets the trial start."""
+        return None if self._suggested >= self.total else self._suggested % len(self._cells)
+
+    def remaining(self) -> List[int]:
+        """The cells of the trials not suggested yet, in the order they would run."""
+        return [i % len(self._cells) for i in range(self._suggested, self.total)]

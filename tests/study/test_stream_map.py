@@ -129,15 +129,6 @@ def test_report_map_writes_the_table_csv_and_figure(map_store, tmp_path, capsys)
     assert "give --experiment NAME" in capsys.readouterr().err
 
 
-def test_spearman_is_the_rank_correlation_with_an_exact_permutation_p():
-    assert stream_map.spearman([1, 2, 3, 4, 5], [2, 4, 6, 8, 10]) == pytest.approx((1.0, 2 / 120))  # 2 of 5! at |1|
-    assert stream_map.spearman([1, 2, 3, 4, 5], [1, 3, 2, 5, 4]) == pytest.approx((0.8, 16 / 120))
-    assert stream_map.spearman([0.1, 0.5, 0.5, 0.9], [3.0, 1.0, 2.0, 0.0])[0] == pytest.approx(-0.9486833)  # ties
-    rho, p = stream_map.spearman([1, 2, 3], [7, 7, 7])
-    assert math.isnan(rho) and p is None
-    assert stream_map.spearman(list(range(9)), list(range(9))) == (pytest.approx(1.0), None)  # past exact
-
-
 def _row(stream, line, corr, cos, lead_in, lead_out):
     adv = (lambda v: None if v is None else stream_map.Advantage(v, v, v, 0.0))
     return stream_map.MapRow(stream=stream, order="batch_along_time", line=line, seeds=3, corr_start=(corr, 0.0, 3),

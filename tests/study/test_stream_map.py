@@ -1,4 +1,4 @@
-"""The map (raystream/tracking/stream_map.py) from a real MLflow store holding two matched-drift sweeps recorded the
+"""The map (raystream/study/stream_map.py) from a real MLflow store holding two matched-drift sweeps recorded the
 way a sweep records them (parent runs from the sweep files' plans, child runs tagged with their cells): per stream,
 the correlation at the start per seed, AdamW's gradient cosine in training along the order and shuffled, and
 Orthogonal-AdamW's lead over AdamW at matched drift in stream and out of stream with the seed spread; a stream

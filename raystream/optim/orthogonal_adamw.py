@@ -1,6 +1,6 @@
 """Orthogonal-AdamW, the paper's Algorithm 2 (Han et al., "Learning from Streaming Video with Orthogonal Gradients",
-CVPR 2025), whole: the class, its state, the dispatch and three implementations of one step (the fourth, two Triton
-kernels, in triton_step.py and triton_kernels.py).
+CVPR 2025): the class, its state, the dispatch and the reference implementation of one step, line by line (the
+multi-tensor and compiled steps in multi_tensor_step.py; two Triton kernels in triton_step.py and triton_kernels.py).
 
 Algorithm 2's lines, as `single_tensor_orthogonal_adamw` runs them (raw gradient g_t, c an EMA of past RAW
 gradients with factor beta = `orth_beta`, AdamW's m, v, theta):
@@ -26,25 +26,24 @@ where `step()` sees them: after DDP has all-reduced (averaged) them, so every wo
 
 Shaped like torch.optim.adamw: `_init_group` gathers plain lists of `self.state[p]`'s own tensors ("step",
 "exp_avg", "exp_avg_sq", "orth_ema") and `orthogonal_adamw` dispatches them to one implementation of the step:
-`single_tensor_orthogonal_adamw` (the lines above: the reference), `multi_tensor_orthogonal_adamw` (a few
-whole-model ops, then torch's fused AdamW kernel on u_t), `compiled_orthogonal_adamw` (two compiled passes) or
-`triton_orthogonal_adamw` (two Triton kernels; the default on CUDA).
+`single_tensor_orthogonal_adamw` (here: the lines above, the reference), `multi_tensor_orthogonal_adamw` (a few
+whole-model ops, then torch's fused AdamW kernel on u_t) or `compiled_orthogonal_adamw` (two compiled passes), both
+in multi_tensor_step.py, or `triton_orthogonal_adamw` (two Triton kernels; the default on CUDA; triton_step.py). The
+AdamW update they end in (`adamw_single`, `adamw_foreach`, `adamw_fused`) is adamw.py's.
 """
 
 from __future__ import annotations
 
-import math
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
-from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
-from raystream.optim.base import (CompiledStep, OrthogonalMixin, check_hparam, evaluate_closure, gradients_by_group,
-                                  run_compiled, runs)
-from raystream.optim.projection import (Sums, Workspace, advance_emas_, coefficients, orthogonalize, project_step,
-                                        safe_ratio, sq_norm)
+from raystream.optim.adamw import AdamWGroup, adamw_single, check_adamw_hparams, init_adamw_state, resolve_fused
+from raystream.optim.base import CompiledStep, OrthogonalMixin, check_hparam, evaluate_closure, gradients_by_group
+from raystream.optim.multi_tensor_step import compiled_orthogonal_adamw, multi_tensor_orthogonal_adamw
+from raystream.optim.projection import Sums, Workspace, coefficients, orthogonalize, sq_norm
 from raystream.optim.triton_step import PROJECTIONS as TRITON_PROJECTIONS
 from raystream.optim.triton_step import KernelBuildError, TritonStep, triton_orthogonal_adamw, why_not
 
@@ -214,230 +213,5 @@ def single_tensor_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], em
     return gc, cc, (sq_norm(us) if with_update_norm else None)
 
 
-def multi_tensor_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: List[Tensor],
-                                  exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor], steps: List[Tensor],
-                                  groups: List[AdamWGroup], fresh: List[bool], *, projection: str, orth_init: str,
-                                  orth_eps: float, with_update_norm: bool, workspace: Workspace) -> Sums:
-    """Algorithm 2 with multi-tensor ops: u_t of every tensor (projection.project_step: a few whole-model ops
-    through the workspace), AdamW on u_t per param group (torch's fused kernel, or its foreach ops with
-    fused=False), then c_t for every EMA. The op count does not depend on the number of tensors."""
-    u, sums = project_step(grads, emas, projection, orth_eps, workspace, with_update_norm)
-    scratch = all(a is not b for a, b in zip(u, grads))  # u is ours to overwrite: the AdamW workspace
-    for group, idx in runs(groups):
-        kernel = adamw_fused if group.fused else adamw_foreach
-        kernel(*([xs[i] for i in idx] for xs in (params, u, exp_avgs, exp_avg_sqs, steps)), scratch=scratch,
-               **group.kwargs())
-    advance_emas_(emas, grads, [group.orth_beta for group in groups], fresh, orth_init == "first_grad")
-    return sums
-
-
-def compiled_orthogonal_adamw(params: List[Tensor], grads: List[Tensor], emas: List[Tensor], exp_avgs: List[Tensor],
-                              exp_avg_sqs: List[Tensor], steps: List[Tensor], groups: List[AdamWGroup], *,
-                              projection: str, with_update_norm: bool, compiled: CompiledStep) -> Sums:
-    """Algorithm 2 as the compiled passes: bias corrections first (a few device ops per param group), then
-    `fused_step_`, then the step counters advance (one op: a step that failed to compile has changed nothing).
-    Every EMA must hold a value (the first step runs the multi-tensor path); `compiled` keeps lr, wd and a trace."""
-    args, scalars = [], []
-    for index, (group, idx) in enumerate(runs(groups)):
-        lr, wd = compiled.hyper(index, group, params[idx[0]])
-        t = torch.stack([steps[i] for i in idx]).to(lr.dtype) + 1
-        scalars.append((1 - lr * wd, lr / (1 - group.beta1 ** t), torch.rsqrt(1 - group.beta2 ** t)))
-        pick = lambda xs: [xs[i] for i in idx]  # noqa: E731
-        args.append(Group(pick(params), pick(grads), pick(emas), pick(exp_avgs), pick(exp_avg_sqs), lr, wd,
-                          (float(group.beta1), float(group.beta2), float(group.eps), float(group.orth_beta),
-                           bool(group.maximize))))
-    out = run_compiled(fused_step_, (args, scalars, projection, with_update_norm), compiled.trace)
-    torch._foreach_add_(steps, 1)
-    return out
-
-
-# ---- the compiled step: projection, EMA and AdamW written element by element, fused by torch.compile (inductor)
-# into one reduction pass (g . c and c . c of every tensor) and one pass reading p, g, c, m, v and writing p, c, m, v:
-# 11 arrays, the bound of the global projection (the multi-tensor step: about 19; torch's fused AdamW: 7). lr and wd
-# are 0-dim tensors: schedules do not recompile; new shapes or a changed beta do (about a minute for a ViT on 2 CPUs).
-
-
-class Group(NamedTuple):
-    """One param group's tensors and constants as the compiled function sees them (lr, weight_decay: 0-dim)."""
-
-    params: List[Tensor]
-    grads: List[Tensor]
-    emas: List[Tensor]
-    exp_avgs: List[Tensor]
-    exp_avg_sqs: List[Tensor]
-    lr: Tensor
-    weight_decay: Tensor
-    hyper: Tuple[float, float, float, float, bool]  # (beta1, beta2, eps, orth_beta, maximize)
-
-
-Scalars = Tuple[Tensor, Tensor, Tensor]  # per param group: 1 - lr wd; per tensor: lr / (1 - b1^t), 1 / sqrt(1 - b2^t)
-
-
-def dot_products(grads: Sequence[Tensor], emas: Sequence[Tensor]) -> Tensor:
-    """(g_i . c_i, c_i . c_i) of every tensor, shape (n, 2): one pass reading g and c."""
-    return torch.stack([torch.stack([torch.sum(g * c), torch.sum(c * c)]) for g, c in zip(grads, emas)])
-
-
-def update_(groups: Sequence[Group], ks: Tensor, scalars: Sequence[Scalars],
-            with_update_norm: bool) -> Optional[Tensor]:
-    """u_i = g_i - k_i c_i, the EMA and AdamW on u_i, in place, in one pass (`ks`: one k per tensor). The bias
-    corrections come in `scalars`, computed before: a power inside the pass would be evaluated per element."""
-    uus = []
-    i = 0
-    for group, (decay, step_size, inv_bc2) in zip(groups, scalars):
-        beta1, beta2, eps, orth_beta, maximize = group.hyper
-        for j, (p, g, c, m, v) in enumerate(zip(group.params, group.grads, group.emas, group.exp_avgs,
-                                                group.exp_avg_sqs)):
-            u = g - ks[i] * c
-            i += 1
-            c.lerp_(g, 1 - orth_beta)
-            if with_update_norm:
-                uus.append(torch.sum(u * u))
-            if maximize:
-                u = -u
-            m.lerp_(u, 1 - beta1)
-            v.mul_(beta2).addcmul_(u, u, value=1 - beta2)
-            p.mul_(decay).sub_(step_size[j] * m / (v.sqrt() * inv_bc2[j] + eps))
-    return torch.stack(uus).sum() if with_update_norm else None
-
-
-def fused_step_(groups: Sequence[Group], scalars: Sequence[Scalars], projection: str,
-                with_update_norm: bool) -> Tuple[Tensor, Tensor, Optional[Tensor], bool]:
-    """The two passes and the projection coefficient between them: the function torch.compile sees. The last
-    value says whether it ran compiled (dynamo traces `is_compiling()` as the constant True)."""
-    dots = dot_products([g for group in groups for g in group.grads], [c for group in groups for c in group.emas])
-    gc, cc = dots[:, 0].sum(), dots[:, 1].sum()
-    ks = safe_ratio(gc, cc).expand(dots.shape[0]) if projection == "global" else safe_ratio(dots[:, 0], dots[:, 1])
-    return gc, cc, update_(groups, ks, scalars, with_update_norm), torch.compiler.is_compiling()
-
-
-# ---- AdamW on a given gradient (torch.optim.AdamW's maths; SlowerAdamW feeds it g_t with a scaled lr) ---------
-# `adamw_single` (the reference), `adamw_foreach` (torch._foreach_ ops), `adamw_fused` (torch's fused kernel, one
-# pass, no temporaries: the default wherever torch supports it); tests keep them in agreement.
-
-class AdamWGroup(NamedTuple):
-    """The hyper-parameters of one param group, as the step functions take them: one object per group, listed once
-    per parameter of the group (`fused`: the group runs torch's fused kernel)."""
-
-    lr: float
-    beta1: float
-    beta2: float
-    eps: float
-    weight_decay: float
-    orth_beta: float
-    maximize: bool
-    fused: bool
-
-    @classmethod
-    def of(cls, group: dict) -> "AdamWGroup":
-        beta1, beta2 = group["betas"]
-        return cls(group["lr"], beta1, beta2, group["eps"], group["weight_decay"], group.get("orth_beta", 0.0),
-                   group["maximize"], bool(group["fused"]))
-
-    def kwargs(self) -> dict:
-        """The keyword arguments of `adamw_single` / `adamw_foreach` / `adamw_fused`."""
-        return dict(lr=self.lr, beta1=self.beta1, beta2=self.beta2, eps=self.eps, weight_decay=self.weight_decay,
-                    maximize=self.maximize)
-
-
-def check_adamw_hparams(lr: float, betas: Tuple[float, float], eps: float, weight_decay: float) -> None:
-    check_hparam("lr", lr, lr >= 0, ">= 0")
-    check_hparam("eps", eps, eps >= 0, ">= 0")
-    check_hparam("weight_decay", weight_decay, weight_decay >= 0, ">= 0")
-    check_hparam("betas[0]", betas[0], 0 <= betas[0] < 1, "in [0, 1)")
-    check_hparam("betas[1]", betas[1], 0 <= betas[1] < 1, "in [0, 1)")
-
-
-def resolve_fused(group: dict, strict: bool) -> None:
-    """fused=None: whether torch's fused kernel runs on the group; `strict`: fused=True where it cannot is an error."""
-    if group["fused"] is None:
-        group["fused"] = group["foreach"] is not False and fused_supported(group["params"])
-    elif strict and group["fused"] and not fused_supported(group["params"]):
-        raise ValueError("Invalid fused: True (torch's fused AdamW does not support these parameters' devices "
-                         "or dtypes)")
-
-
-def fused_supported(params: List[Tensor]) -> bool:
-    """Whether torch's fused AdamW kernel (torch._fused_adamw_) runs on every parameter's device and dtype."""
-    devices = _get_fused_kernels_supported_devices()
-    return all(p.device.type in devices and torch.is_floating_point(p) for p in params)
-
-
-def init_adamw_state(state: dict, p: Tensor, fused: bool = False) -> None:
-    """torch.optim.AdamW's per-parameter state: a float32 step counter (on the parameter's device for the fused
-    kernel, else on the CPU) and two moments shaped like p."""
-    if "step" not in state:
-        state["step"] = torch.zeros((), dtype=torch.float32, device=p.device if fused else "cpu")  # no host copy
-        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-
-
-def adamw_single(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
-                 steps: List[Tensor], *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
-                 maximize: bool, scratch: bool = False) -> None:
-    """Reference path, one tensor at a time (`scratch` is ignored); reads its CPU step counters as Python numbers,
-    as torch's. theta <- theta (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps), as the Adam paper's equivalent
-    theta (1 - lr wd) - (lr sqrt(1 - b2^t) / (1 - b1^t)) m / (sqrt(v) + eps sqrt(1 - b2^t)): a pass less over v."""
-    for p, g, m, v, step in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
-        if maximize:
-            g = -g
-        step += 1
-        t = step.item()
-        if weight_decay != 0:
-            p.mul_(1 - lr * weight_decay)
-        m.lerp_(g, 1 - beta1)
-        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-        bc2_sqrt = math.sqrt(1 - beta2 ** t)
-        denom = v.sqrt().add_(eps * bc2_sqrt)
-        p.addcdiv_(m, denom, value=-lr * bc2_sqrt / (1 - beta1 ** t))
-
-
-def adamw_foreach(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
-                  steps: List[Tensor], *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
-                  maximize: bool, scratch: bool = False) -> None:
-    """The same update with multi-tensor ops, per (device, dtype) bucket. `scratch=True`: the caller owns `grads`
-    (e.g. u_t), negated in place for `maximize` and reused as the sqrt(v) workspace, so the step allocates nothing
-    (CPU: no page faults) and its peak memory is that of torch's foreach AdamW."""
-    if not params:
-        return
-    buckets = Optimizer._group_tensors_by_device_and_dtype([params, grads, exp_avgs, exp_avg_sqs, steps])
-    for (d_params, d_grads, d_m, d_v, d_steps), _ in buckets.values():
-        if maximize:
-            if scratch:
-                torch._foreach_neg_(d_grads)
-            else:
-                d_grads = torch._foreach_neg(d_grads)
-        torch._foreach_add_(d_steps, 1.0)
-        if weight_decay != 0:
-            torch._foreach_mul_(d_params, 1 - lr * weight_decay)
-        torch._foreach_lerp_(d_m, d_grads, 1 - beta1)
-        torch._foreach_mul_(d_v, beta2)
-        torch._foreach_addcmul_(d_v, d_grads, d_grads, 1 - beta2)
-        if scratch and d_v[0].device.type == "cpu":  # CPU foreach is a loop anyway: skip the copy pass
-            denom = [torch.sqrt(v, out=w) for v, w in zip(d_v, d_grads)]
-        elif scratch:
-            denom = d_grads
-            torch._foreach_copy_(denom, d_v)
-            torch._foreach_sqrt_(denom)
-        else:
-            denom = torch._foreach_sqrt(d_v)
-        del d_grads
-        ts = [s.item() for s in d_steps]
-        bc2_sqrt = [math.sqrt(1 - beta2 ** t) for t in ts]
-        torch._foreach_add_(denom, [eps * b for b in bc2_sqrt])
-        torch._foreach_addcdiv_(d_params, d_m, denom, [-lr * b / (1 - beta1 ** t) for b, t in zip(bc2_sqrt, ts)])
-
-
-def adamw_fused(params: List[Tensor], grads: List[Tensor], exp_avgs: List[Tensor], exp_avg_sqs: List[Tensor],
-                steps: List[Tensor], *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
-                maximize: bool, scratch: bool = False) -> None:
-    """torch's fused multi-tensor AdamW kernel (what torch.optim.AdamW(fused=True) runs): one pass over p, g, m, v
-    per step, no temporaries. It does not write into `grads` (no grad_scale is passed). `lr` may also be a 0-dim
-    tensor on the parameters' device (SlowerAdamW's lambda_t * lr), read by the kernel without a host sync."""
-    if not params:
-        return
-    buckets = Optimizer._group_tensors_by_device_and_dtype([params, grads, exp_avgs, exp_avg_sqs, steps])
-    for (d_params, d_grads, d_m, d_v, d_steps), _ in buckets.values():
-        torch._foreach_add_(d_steps, 1)
-        torch._fused_adamw_(d_params, d_grads, d_m, d_v, [], d_steps, lr=lr, beta1=beta1, beta2=beta2,
-                            weight_decay=weight_decay, eps=eps, amsgrad=False, maximize=maximize)
+__all__ = ["OrthogonalAdamW", "orthogonal_adamw", "single_tensor_orthogonal_adamw", "IMPLEMENTATIONS",
+           "COMPILED_PROJECTIONS"]

@@ -19,8 +19,8 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from raystream.optim.base import DIAGNOSTIC_KEYS, GradCosine, evaluate_closure, gradients_by_group, nan_like
-from raystream.optim.orthogonal_adamw import (adamw_foreach, adamw_fused, adamw_single, check_adamw_hparams,
-                                              init_adamw_state, resolve_fused)
+from raystream.optim.adamw import (adamw_foreach, adamw_fused, adamw_single, check_adamw_hparams, init_adamw_state,
+                                   resolve_fused)
 
 PREV_KEY = "prev_grad"
 

@@ -1,4 +1,4 @@
-"""OrthogonalAdamW(compile=True) (raystream/optim/orthogonal_adamw.py): the same steps as Algorithm 2's reference and as the
+"""OrthogonalAdamW(compile=True) (raystream/optim/multi_tensor_step.py): the same steps as Algorithm 2's reference and as the
 stock-op path, no recompilation when the schedules move lr and weight decay, no host sync, checkpoints that either
 path resumes, clear errors where it cannot run, and a recompile or a fallback to eager said once. The tests of this
 module compile many graphs of the step in one process: the product's own recompile limit (RECOMPILE_LIMIT) has to

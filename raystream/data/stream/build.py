@@ -3,8 +3,8 @@
     stream = build_stream(data_cfg, stream_cfg, rank=0, world_size=1)   # resolves and probes every video first
     heldout = build_heldout_stream(data_cfg, stream_cfg)               # one pass over held-out videos
 
-`data.videos` None means the generated demo videos (demo/videos.py). Bad videos raise DataError naming each file and
-its problem, or are skipped with a warning (`data.on_bad_video`).
+Which videos a config names is data/named.py's rule (`data.videos` None: the generated demo videos). Bad videos
+raise DataError naming each file and its problem, or are skipped with a warning (`data.on_bad_video`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import warnings
 
 from omegaconf import OmegaConf
 
-from raystream.data.demo.videos import ensure_demo_videos
 from raystream.data.errors import DataError
+from raystream.data.named import heldout_videos, training_videos
 from raystream.data.stream.batches import ClipStream
 from raystream.data.stream.clips import ClipGeometry
 from raystream.data.stream.orders import shard_places
@@ -29,11 +29,8 @@ def build_stream(data_cfg, stream_cfg, rank: int = 0, world_size: int = 1) -> Cl
     Every video is probed first; bad ones raise DataError naming each file and its problem
     (`data.on_bad_video=error`) or are skipped with a warning and listed in `stream.skipped` (`skip`).
     """
-    if data_cfg.videos is None:
-        spec = [str(p) for p in ensure_demo_videos(data_cfg.demo)]
-    else:
-        spec = data_cfg.videos
-    return _stream_over(spec, "data.videos", data_cfg, stream_cfg, rank, world_size)
+    videos = training_videos(data_cfg)
+    return _stream_over(videos.spec, videos.key, data_cfg, stream_cfg, rank, world_size)
 
 
 def build_heldout_stream(data_cfg, stream_cfg) -> ClipStream:
@@ -45,14 +42,11 @@ def build_heldout_stream(data_cfg, stream_cfg) -> ClipStream:
     for every run, so runs batched along time, along video or shuffled are compared on the same clips (read in the
     run's order, along time they were the first clips of one held-out video, and along video a held-out set needed
     a video for every slot)."""
-    if data_cfg.heldout_videos is not None:
-        spec = data_cfg.heldout_videos
-    elif data_cfg.videos is None:
-        spec = [str(p) for p in ensure_demo_videos(data_cfg.demo, heldout=True)]
-    else:
+    videos = heldout_videos(data_cfg)
+    if videos is None:
         raise DataError("`data.heldout_videos` is not set: out-of-stream evaluation on your own videos needs "
                         "held-out videos (a list, directory or manifest)")
-    return _stream_over(spec, "data.heldout_videos", data_cfg, _heldout_pass(stream_cfg), 0, 1)
+    return _stream_over(videos.spec, videos.key, data_cfg, _heldout_pass(stream_cfg), 0, 1)
 
 
 HELDOUT_PASS = {"epochs": 1, "order": "shuffled", "seed": 0}  # the held-out pass, the same for every run

@@ -30,6 +30,7 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator, List, Optional, Set
 
+from raystream.data.cache_root import cache_root
 from raystream.data.errors import DataError
 from raystream.data.videos.remote import RemoteObject, open_uri
 from raystream.uris import download, first_line
@@ -40,7 +41,7 @@ _META = ".meta.json"
 
 def default_cache_dir() -> str:
     """`$RAYSTREAM_CACHE_DIR/videos`, else `~/.cache/raystream/videos`: read on the node that downloads."""
-    return os.path.join(os.environ.get("RAYSTREAM_CACHE_DIR") or os.path.expanduser("~/.cache/raystream"), "videos")
+    return str(cache_root() / "videos")
 
 
 class NodeCache:

@@ -113,3 +113,70 @@ def test_the_readme_is_a_front_door():
     long = [c.strip() for r in rows for c in r.strip("|").split("|") if len(c.strip()) > 110]
     assert not long, f"Status cells longer than a line (110 characters): {long}"
     assert all("](docs/" in r for r in rows[1:]), "every Status row links the page with its details"
+
+
+FIGURE = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?")
+DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
+
+
+def _sections(page: Path) -> dict:
+    """Each heading's anchor -> the page's text from that heading to the next one of its level or higher (fenced
+    blocks belong to their section; a `#` line inside a fence is not a heading); "" -> the whole page."""
+    lines, out, fenced, heads = page.read_text().splitlines(), {}, False, []
+    for i, line in enumerate(lines):
+        fenced ^= line.startswith("```")
+        m = None if fenced else re.match(r"^(#{1,6}) (.+)$", line)
+        if m:
+            heads.append((i, len(m.group(1)), _slug(m.group(2))))
+    for n, (i, level, slug) in enumerate(heads):
+        end = next((j for j, lv, _ in heads[n + 1:] if lv <= level), len(lines))
+        out[slug] = "\n".join(lines[i:end])
+    out[""] = "\n".join(lines)
+    return out
+
+
+def _figures(cell: str) -> list:
+    """The dates and numbers a cell states (a date whole, then the numbers of the rest)."""
+    dates = DATE.findall(cell)
+    return dates + FIGURE.findall(DATE.sub(" ", cell))
+
+
+def status_problems(readme: str, root: Path) -> list:
+    """What is wrong with a README's Status table: a blank line (or any non-row line) inside it, which cuts it in
+    two, and each figure of a row's "at CPU scale" and "on a GPU" cells that none of the sections its row links
+    states."""
+    status = readme.split("## Status", 1)[1].split("\n## ", 1)[0].splitlines()
+    rows = [i for i, line in enumerate(status) if line.startswith("|")]
+    problems = [f"line {i} inside the Status table is not a row: {status[i]!r}"
+                for i in range(rows[0], rows[-1] + 1) if not status[i].startswith("|")]
+    for line in status[rows[0] + 2:rows[-1] + 1]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4:
+            continue  # a non-row line, named above
+        texts = []
+        for target in LINK.findall(cells[3]):
+            path, _, anchor = target.partition("#")
+            page = root / path
+            texts.append(_sections(page).get(anchor, "") if page.is_file() else "")
+        missing = [f for f in _figures(cells[1] + " | " + cells[2]) if not any(f in t for t in texts)]
+        if missing:
+            problems.append(f"{cells[0]!r}: {missing} not in {LINK.findall(cells[3])}")
+    return problems
+
+
+def test_the_status_table_is_one_table_and_its_figures_are_where_its_rows_link():
+    """The front door stays true: every figure of the Status table stands in the section its row links, and the
+    table is one table (a blank line inside it renders the rows after it as a paragraph)."""
+    assert status_problems((ROOT / "README.md").read_text(), ROOT) == []
+
+
+def test_the_status_check_finds_a_cut_table_and_a_figure_its_page_does_not_state(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "r.md").write_text("# R\n\n## Cost\n\nMSE 0.0643 vs 0.0437 (2026-11-27).\n\n## Other\n\n0.0722\n")
+    head = "## Status\n\n| claim | cpu | gpu | details |\n|---|---|---|---|\n"
+    good = head + "| a | MSE 0.0643 vs 0.0437 | 2026-11-27 | [r](docs/r.md#cost) |\n"
+    assert status_problems(good, tmp_path) == []
+    stale = head + "| a | MSE 0.0722 vs 0.0437 | not run | [r](docs/r.md#cost) |\n"
+    assert status_problems(stale, tmp_path) == ["'a': ['0.0722'] not in ['docs/r.md#cost']"]
+    cut = good + "\n| b | 0.0643 | - | [r](docs/r.md#cost) |\n"
+    assert [p.split(":")[0] for p in status_problems(cut, tmp_path)] == ["line 5 inside the Status table is not a row"]

@@ -65,7 +65,9 @@ def is_server(uri: str) -> bool:
 def view_url(uri: str, experiment_id: str, run_name: str) -> str:
     """The link to sweep `run_name`'s comparison: on the tracking server `uri`, else on a local `mlflow ui`."""
     base = uri.rstrip("/") if is_server(uri) else f"http://{UI_HOST}:{UI_PORT}"
-    return f"{base}/#/experiments/{experiment_id}/runs?viewStateShareKey={quote(run_name)}"
+    # workflowType: MLflow 3.17's UI takes its workflow (GenAI or training) from the link, not mlflow.experimentKind
+    return (f"{base}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            f"&viewStateShareKey={quote(run_name)}")
 
 
 def mlflow_command() -> str:

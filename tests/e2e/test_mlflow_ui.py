@@ -3,7 +3,8 @@ parent run and saved view, four trial runs named by their grid values, with para
 `mlflow ui` command the sweep prints, run as printed from another directory on a free port of 127.0.0.1, and the
 printed link opened in headless Chromium (Debian's `chromium`; `.ci/run` installs it where missing). The rendered
 page must list every trial by name with a metric column and its values: the runs table of the training view,
-not MLflow's GenAI start page, and no trial folded away under its parent."""
+not MLflow's GenAI start page, and no trial folded away under its parent; in a fresh browser profile the page is
+MLflow's training workflow (models, charts), not its GenAI one (traces, "Agent versions")."""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ def page(tmp_path_factory):
             dom = _render(url, tmp / "profile", budget)
             if all(name in dom for name in trial_names) and str(KNN[3]) in dom:
                 break
-        shot = os.environ.get("RAYSTREAM_UI_SCREENSHOT")  # README's picture: a PNG of the page, where asked
+        shot = os.environ.get("RAYSTREAM_UI_SCREENSHOT")  # docs' picture: a PNG of the page, where asked
         if shot:
             _render(url, tmp / "profile", 60_000, f"--screenshot={shot}")
         yield {"dom": dom, "names": trial_names, "url": url}
@@ -126,11 +127,20 @@ def test_the_printed_link_lists_every_trial_by_name(page):
     dom = page["dom"]
     assert page["names"] == ["adamw-time", "adamw-shuffled", "orth_adamw-time", "orth_adamw-shuffled"]
     missing = [name for name in page["names"] if name not in dom]
-    assert not missing, (missing, page["url"], dom[-3000:])
-    assert "Training runs" in dom  # the runs table, not the GenAI start page
+    assert not missing, (missing, page["url"], dom[-3000:])  # the runs table, not the GenAI start page
 
 
 def test_the_page_shows_a_metric_column_with_each_trials_value(page):
     dom = page["dom"]
     assert "eval/knn_top1" in dom and "optimizer.name" in dom
     assert all(str(v) in dom for v in KNN.values()), [v for v in KNN.values() if str(v) not in dom]
+
+
+def test_the_link_opens_the_training_workflow_not_genai(page):
+    """MLflow 3.17's UI takes its workflow from the link (`workflowType`), else from the browser's last choice, GenAI
+    in a fresh profile, whatever the experiment's `mlflow.experimentKind`: the GenAI sidebar lists "Agent versions",
+    the training one ("Runs", "Models", "Model registry") does not."""
+    dom = page["dom"]
+    assert "workflowType=machine_learning" in page["url"]
+    assert "Agent versions" not in dom, (page["url"], dom[-3000:])
+    assert "Model registry" in dom, (page["url"], dom[-3000:])

@@ -97,10 +97,10 @@ def test_the_sweep_saves_a_view_of_its_runs_with_the_grid_as_columns(store):
 
 def test_the_last_line_is_the_link_and_the_command_names_the_store_absolutely():
     local = ui.open_lines("sqlite:////data/x/mlflow.db", "7", "smoke-ab12", 4)
-    assert local[-1] == "  http://127.0.0.1:5000/#/experiments/7/runs?viewStateShareKey=smoke-ab12"
+    assert local[-1] == "  http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=smoke-ab12"
     assert local[-2].endswith(" ui --backend-store-uri sqlite:////data/x/mlflow.db --host 127.0.0.1 --port 5000 --workers 1")
     server = ui.open_lines("https://mlflow.example.org/", "7", "smoke-ab12", 4)
-    assert server[-1] == "  https://mlflow.example.org/#/experiments/7/runs?viewStateShareKey=smoke-ab12"
+    assert server[-1] == "  https://mlflow.example.org/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=smoke-ab12"
     assert not any(" ui " in line for line in server)
 
 

@@ -24,7 +24,6 @@ left out (sweep.exclude) has nothing to compare with: its cells run every seed u
 from __future__ import annotations
 
 import math
-import pickle
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -32,7 +31,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from ray.tune.search import Searcher
 from scipy import stats
 
-from raystream.tune.searcher import CELL_KEY
+from raystream.tune.searcher import CELL_KEY, PickledSearcher
 
 OPEN, DIFFERENT, EQUIVALENT = "open", "different", "equivalent"
 
@@ -93,7 +92,7 @@ def verdict(mean: float, half: float, margin: float) -> str:
     return OPEN
 
 
-class SeedSearcher(Searcher):
+class SeedSearcher(PickledSearcher):
     """Suggests grid cells (`cells`: each cell's grid values, in the plan's order) round by round, as the module
     says; `known`: results (the metric, None for a failed trial) of cells already finished (reused)."""
 
@@ -190,13 +189,6 @@ class SeedSearcher(Searcher):
     def _group_of(self, cell: int) -> Tuple:
         return next(g for g, arms in self._groups.items() if any(cell in a.values() for a in arms.values()))
 
-    def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(self.__dict__.copy(), f)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            self.__dict__.update(pickle.load(f))
 
     def summary(self) -> List[Dict[str, Any]]:
         """Each comparison: its group, the value compared, resolved (different / equivalent) or open, the difference

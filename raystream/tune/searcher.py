@@ -24,7 +24,19 @@ from ray.tune.search.optuna import OptunaSearch
 CELL_KEY = "cell"
 
 
-class GridOptunaSearcher(Searcher):
+class PickledSearcher(Searcher):
+    """A searcher whose whole state is its attributes: Tune saves it pickled with the experiment state."""
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:
+            pickle.dump(self.__dict__.copy(), f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            self.__dict__.update(pickle.load(f))
+
+
+class GridOptunaSearcher(PickledSearcher):
     def __init__(self, cells: List[Dict[str, Any]], space: Dict[str, Any], num_samples: int,
                  metric: Optional[str] = None, mode: Optional[str] = None, seed: int = 0):
         """`cells`: grid values per cell (dotted key -> value); `space`: dotted key -> Optuna distribution."""
@@ -72,13 +84,6 @@ class GridOptunaSearcher(Searcher):
         # A failed trial (no metric) is told to Optuna as FAIL, so TPE does not learn from it.
         self._cell_search(cell).on_trial_complete(trial_id, result=result, error=error or not result)
 
-    def save(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "wb") as f:
-            pickle.dump(self.__dict__.copy(), f)
-
-    def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as f:
-            self.__dict__.update(pickle.load(f))
 
     def next_cell(self) -> Optional[int]:
         """The cell the next suggestion runs (None when every trial was suggested): read by the budget's wrapper

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,14 @@ def mlflow_uri(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     return uri
+
+
+@pytest.fixture
+def ray_by_value(request, ray_cluster):
+    """The session's local Ray cluster, with the test's own module (its trainables) shipped to trials by value."""
+    import ray
+
+    module = sys.modules[request.module.__name__]
+    ray.cloudpickle.register_pickle_by_value(module)
+    yield
+    ray.cloudpickle.unregister_pickle_by_value(module)

@@ -4,12 +4,9 @@ cell twice, reused cells not run, and a real Tune run driven by the searcher."""
 
 from __future__ import annotations
 
-import pickle
-import sys
 
 import numpy as np
 import pytest
-import ray
 from ray import tune
 
 from raystream.tune.adaptive import (DIFFERENT, EQUIVALENT, OPEN, Comparison, SeedSearcher, interval, summary_lines,
@@ -152,14 +149,7 @@ def _trainable(config):
             (config["optimizer"] == "same")}
 
 
-@pytest.fixture
-def local_ray(ray_cluster):
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-
-
-def test_a_tune_run_adds_seeds_where_open(local_ray, tmp_path):
+def test_a_tune_run_adds_seeds_where_open(ray_by_value, tmp_path):
     cells = _cells(["adamw", "big", "same"], 4)
     searcher = SeedSearcher(cells, _comparison(2, 4))
     tuner = tune.Tuner(tune.with_resources(_trainable, {"CPU": 0.5}),

@@ -5,11 +5,9 @@ cells not run are named."""
 from __future__ import annotations
 
 import pickle
-import sys
 import time
 
 import pytest
-import ray
 from ray import tune
 
 from raystream.config import ConfigError, compose
@@ -76,15 +74,7 @@ def _trainable(config):
     return {"loss": float(config["x"])}
 
 
-@pytest.fixture
-def local_ray(ray_cluster):
-    """The session's local Ray cluster, with this module's trainable shipped to the trials by value."""
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-
-
-def test_a_tune_run_stops_starting_trials_at_the_budget(local_ray, tmp_path):
+def test_a_tune_run_stops_starting_trials_at_the_budget(ray_by_value, tmp_path):
     """Five 1-second trials, one at a time, a budget of 3.5 CPU-seconds: three run, the last two are named."""
     searcher = _searcher([0, 1, 2, 3, 4], budget_s=3.5, planned_s=1.0)
     tuner = tune.Tuner(tune.with_resources(_trainable, {"CPU": 1}),

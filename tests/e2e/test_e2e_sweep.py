@@ -171,7 +171,8 @@ def test_report_table_printed_written_and_logged(sweep, monkeypatch, capsys):
     assert any(line.startswith("| orthogonal_adamw | broken | 0 (1 failed) |") for line in lines)
     assert f"mlflow ui --backend-store-uri sqlite:///{tmp / 'mlflow.db'}" in out.stdout
     # The last line opens the comparison; Tune's boxed tables and Ray's lines are in the log file, not here.
-    assert lines[-1].strip().endswith(f"/runs?viewStateShareKey={parent.info.run_name}"), lines[-5:]
+    link = f"/runs?workflowType=machine_learning&viewStateShareKey={parent.info.run_name}"  # the training workflow
+    assert lines[-1].strip().endswith(link), lines[-5:]
     assert "╭" not in out.stdout and "Trial status" not in out.stdout and "INFO" not in out.stdout
     assert len(lines) < 50, out.stdout
     log = next(line for line in lines if "Ray's and Tune's output: " in line).split("output: ")[1].split(" (")[0]

@@ -1,6 +1,6 @@
-"""Helpers of tests/data/decode/test_codecs.py (imported by name): the codecs and containers of the paper's datasets,
-written by PyAV with frames that carry their own index (rs_data_helpers.block_frame, 64x64: 16 px cells that
-survive lossy coding).
+"""Helpers of tests/data/decode/test_codecs.py, test_reordered.py and test_mpeg2.py (imported by name): the codecs
+and containers of the paper's datasets and of cameras (MPEG-2 in program and transport streams), written by PyAV
+with frames that carry their own index (rs_data_helpers.block_frame, 64x64: 16 px cells that survive lossy coding).
 
 Each CODECS entry: (name, file name, encoder, pix_fmt, encoder options, presentation times in ms or None for a
 constant 30 fps). One video id per entry, so a frame of the wrong video reads back as such.
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import av
+import numpy as np
 
 from rs_data_helpers import block_frame
 
@@ -180,3 +181,47 @@ def _write_late(path: Path, video_id: int) -> Path:
             packet.time_base, packet.stream = time_base, stream
             container.mux(packet)
     return path
+
+
+# MPEG-2 video with B-frames (two in a row, a GOP of 15, 25 fps) in the containers cameras, DVDs and broadcast write
+# it to (tests/data/decode/test_mpeg2.py): (name, file, PyAV's container format, closed GOP). A program stream
+# ("mpeg": .mpg, .vob) and a transport stream ("mpegts": .ts, .m2ts), each with open GOPs (FFmpeg's default: the
+# B-frames before a keyframe refer to the GOP before) and the transport stream with closed GOPs too.
+MPEG2 = [("mpeg2_ps", "mpeg2_ps.mpg", "mpeg", False), ("mpeg2_ts", "mpeg2_ts.ts", "mpegts", False),
+         ("mpeg2_ts_closed", "mpeg2_ts_closed.ts", "mpegts", True)]
+MPEG2_GOP = 15
+
+
+def write_mpeg2(path: Path, video_id: int, container_format: str, closed_gop: bool = False,
+                frames: Optional[List[np.ndarray]] = None) -> Path:
+    """FRAMES block-coded frames of `video_id` (or `frames`, rgb24) as MPEG-2 video with B-frames, muxed by PyAV as
+    `container_format`; with `closed_gop`, closed GOPs (FFmpeg needs scene-change keyframes off for them)."""
+    rate = Fraction(25)
+    options = {"sc_threshold": "1000000000"} if closed_gop else {}
+    with av.open(str(path), mode="w", format=container_format) as container:
+        stream = container.add_stream("mpeg2video", rate=rate, options=options)
+        stream.width = stream.height = SIDE
+        stream.pix_fmt = "yuv420p"
+        codec = stream.codec_context
+        codec.max_b_frames, codec.gop_size, codec.qmax, codec.thread_count = 2, MPEG2_GOP, 2, 1
+        if closed_gop:
+            codec.flags |= av.codec.context.Flags.closed_gop
+        images = frames if frames is not None else [block_frame(video_id, i, SIDE, SIDE) for i in range(FRAMES)]
+        for i, image in enumerate(images):
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24").reformat(format="yuv420p")
+            frame.pts, frame.time_base = i, 1 / rate
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def night_frames(seed: int = 7) -> List[np.ndarray]:
+    """FRAMES frames of a dark still scene under sensor noise, as a camera films at night: a frame differs from
+    every other about equally (the noise), so a frame three late is no nearer the frame before or after it."""
+    rng = np.random.default_rng(seed)
+    scene = np.full((SIDE, SIDE, 1), 24, dtype=np.int16)
+    scene[SIDE // 4: 3 * SIDE // 4, SIDE // 4: 3 * SIDE // 4] = 60
+    return [np.repeat(np.clip(scene + rng.integers(0, 24, scene.shape), 0, 255).astype(np.uint8), 3, axis=2)
+            for _ in range(FRAMES)]

@@ -27,6 +27,12 @@ from raystream.data.errors import DataError
 
 # frames `pyav_misread` reads one by one, at most (from the keyframe before the first B-frame on)
 SEQUENTIAL_LIMIT = 300
+# frames on each side of a checked frame that `_other_frame` compares a decoder's frame with (a decoder returning
+# frames in decode order is one or two off, decord on MPEG-2 three (a camera's program stream) to 13 (a transport
+# stream), a GOP of MPEG-2 as DVDs and broadcast have it is 12 or 15 frames)
+SHIFT_WINDOW = 16
+# pixels along the long side of the grid the frames are compared on (every k-th pixel, each way)
+COMPARED_SIDE = 320
 
 
 def checked_frames(pyav_reader) -> List[int]:
@@ -75,22 +81,38 @@ def misread(reader, pyav_reader, name: str = "decord", pixels: bool = True) -> O
 
 
 def _other_frame(reader, pyav_reader, name: str, sample: List[int]) -> Optional[str]:
-    """Where `reader` decodes, as frame i of `sample`, a frame nearer PyAV's frame i-1 or i+1 than PyAV's frame i
-    (by mean absolute difference, by more than a grey level: decoders convert colours a little differently, and a
-    still scene's neighbouring frames are alike), which; None where it decodes PyAV's frames."""
+    """Where `reader` (decoder `name`) decodes, as frame i of `sample`, a frame nearer one of PyAV's frames i -
+    SHIFT_WINDOW to i + SHIFT_WINDOW than PyAV's frame i (by mean absolute difference, by more than a grey level:
+    decoders convert colours a little differently, and a still scene's neighbouring frames are alike), which; None
+    where it decodes PyAV's frames. The window catches frames in decode order (one or two off) and a constant
+    shift of the whole video (decord 0.6 read an MPEG-2 program stream with B-frames three frames late), named as
+    such where every checked frame that tells is shifted alike."""
     n = pyav_reader.num_frames
-    wanted = sorted({j for i in sample for j in (i - 1, i, i + 1) if 0 <= j < n})
-    mine = np.asarray(_host(reader.get(sample)), dtype=np.float32)
-    ref = dict(zip(wanted, np.asarray(pyav_reader.get(wanted), dtype=np.float32)))
-    for i, frame in zip(sample, mine):
-        if frame.shape != ref[i].shape:
+    mine = _host(reader.get(sample))
+    step = max(1, max(mine.shape[1:3]) // COMPARED_SIDE)
+    ref = {}
+    for j in sorted({j for i in sample for j in range(i - SHIFT_WINDOW, i + SHIFT_WINDOW + 1) if 0 <= j < n}):
+        frame = pyav_reader.get([j])[0]  # one by one, ascending: read through, never a stack of full frames
+        if frame.shape != mine.shape[1:]:
             return None  # another size (a decoder's own scaling): nothing to compare pixel by pixel
-        own = float(np.abs(frame - ref[i]).mean())
-        near = min((float(np.abs(frame - ref[j]).mean()), j) for j in (i - 1, i + 1) if j in ref)
-        if own > near[0] + 1.0:
-            return (f"{name} decodes frame {near[1]} of the container as frame {i} (mean difference "
-                    f"{near[0]:.1f} grey levels, against {own:.1f} from frame {i})")
-    return None
+        ref[j] = frame[::step, ::step].astype(np.int16)
+    shifts = []  # (i, the frame of PyAV's it is, mean difference from that one, from PyAV's frame i)
+    for i, frame in zip(sample, mine):
+        own = frame[::step, ::step].astype(np.int16)
+        dist = {j: float(np.abs(own - ref[j]).mean()) for j in range(i - SHIFT_WINDOW, i + SHIFT_WINDOW + 1)
+                if j in ref}
+        near = min((d, j) for j, d in dist.items() if j != i) if len(dist) > 1 else (float("inf"), i)
+        if dist[i] > near[0] + 1.0:
+            shifts.append((i, near[1], near[0], dist[i]))
+    if not shifts:
+        return None
+    offsets = [j - i for i, j, _, _ in shifts]
+    common = max(offsets, key=lambda d: (offsets.count(d), -offsets.index(d)))  # the most frequent, first seen
+    i, j, near, own = shifts[offsets.index(common)]
+    alike = offsets.count(common)
+    constant = f"; {alike} of the {len(sample)} checked frames i are the container's frame i{common:+d}" if alike > 1 else ""
+    return (f"{name} decodes frame {j} of the container as frame {i} (mean difference {near:.1f} grey levels, "
+            f"against {own:.1f} from frame {i}){constant}")
 
 
 def _host(frames):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import gc
 import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -116,41 +117,62 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
     phases.done("checks")
     held_peak, held = memory.measured(meter, lambda: throughput.from_memory(trainee, WARMUP, steps, budget))
     phases.done("from_memory")
+    figures = functools.partial(flops.figures, step_flops, peak=peak_tf)  # a steps/s rate's TFLOP/s and MFU
     result["model_compile"] = model_compile_phase(trainee, meter, (held, held_peak), model_compile or compile,
-                                                  steps, budget, lambda rate: flops.figures(step_flops, rate, peak_tf))
+                                                  steps, budget, figures)
     phases.done("model_compile")
     configured = int(cfg.data.decode_workers or default_decode_workers())
-    peak, (live, checkpoint_bytes) = training_phase(trainee, meter, steps, budget)
-    result.update(from_memory_steps_per_s=held.steps_per_s, from_memory_clips_per_s=held.clips_per_s,
-                  live_steps_per_s=live.steps_per_s, live_clips_per_s=live.clips_per_s,
-                  live_over_memory=live.steps_per_s / held.steps_per_s, live_decode_workers=configured,
-                  from_memory_timed_steps=held.steps, live_timed_steps=live.steps, checkpoint_bytes=checkpoint_bytes,
-                  peak_memory_how=meter.how, **peak.figures(""),
-                  **_prefixed("from_memory_", flops.figures(step_flops, held.steps_per_s, peak_tf)),
-                  **_prefixed("live_", flops.figures(step_flops, live.steps_per_s, peak_tf)))
+    live = _live_phase(result, trainee, meter, held, configured, steps, budget, figures)
     phases.done("live_and_checkpoint")
     gc.collect()
-
-    ms, skipped, ran = time_optimizers(trainee.groups, cfg.optimizer, WARMUP, steps, budget, with_compiled=allowed)
-    if compile_applies(cfg.optimizer) and not allowed:
-        skipped[label(OmegaConf.merge(cfg.optimizer, {"compile": True}))] = why_not
+    result.update(optimizer_phase(trainee, cfg.optimizer, steps, budget, (allowed, why_not)))
     phases.done("optimizer")
-    result.update(optimizer_step_ms=ms, optimizer_configured=label(cfg.optimizer), optimizer_step_skipped=skipped,
-                  optimizer_compiled=ran)
-
-    sweep = throughput.sweep_decode_workers(trainee, held, throughput.worker_counts(available_cores()), WARMUP, steps,
-                                            budget, {configured: live})
-    result.update(decode_workers=sweep.needed, decode_bound=sweep.decode_bound,
-                  decode_workers_sweep={str(w): {"steps_per_s": r.steps_per_s,
-                                                 "over_memory": r.steps_per_s / held.steps_per_s}
-                                        for w, r in sweep.rates.items()},
-                  decode_workers_not_measured=sweep.not_measured, decode_verdict=sweep.verdict(held))
+    result.update(decode_workers_phase(trainee, held, steps, budget, {configured: live}))
     phases.done("decode_workers")
     with _failed_check_keeps(result):  # last: compiling the step can take minutes on a GPU (99 s for ViT-S, H200)
         result["checks"]["compiled_step"] = checks.compiled_check(trainee, (allowed, why_not))
     phases.done("compiled_check")
     result["elapsed_s"] = budget.elapsed()
     return result
+
+
+def _live_phase(result: Dict[str, Any], trainee: Trainee, meter: memory.PeakMemory, held: throughput.Rate,
+                configured: int, steps: int, budget: Budget, figures) -> throughput.Rate:
+    """Live steps with the configured decode workers and one checkpoint save (`training_phase`): their figures
+    beside the from-memory ones into `result`; the live Rate. `figures(steps_per_s)`: a rate's FLOP figures."""
+    peak, (live, checkpoint_bytes) = training_phase(trainee, meter, steps, budget)
+    result.update(from_memory_steps_per_s=held.steps_per_s, from_memory_clips_per_s=held.clips_per_s,
+                  live_steps_per_s=live.steps_per_s, live_clips_per_s=live.clips_per_s,
+                  live_over_memory=live.steps_per_s / held.steps_per_s, live_decode_workers=configured,
+                  from_memory_timed_steps=held.steps, live_timed_steps=live.steps, checkpoint_bytes=checkpoint_bytes,
+                  peak_memory_how=meter.how, **peak.figures(""), **_prefixed("from_memory_", figures(held.steps_per_s)),
+                  **_prefixed("live_", figures(live.steps_per_s)))
+    return live
+
+
+def optimizer_phase(trainee: Trainee, opt_cfg, steps: int, budget: Budget,
+                    compile_allowed: Tuple[bool, str]) -> Dict[str, Any]:
+    """The optimizer step alone (optimizer_timing.py): ms per variant, those skipped and why (the compiled step
+    when compiling is not allowed: `compile_allowed` = (allowed, why not)), how the compiled ones ran."""
+    allowed, why_not = compile_allowed
+    ms, skipped, ran = time_optimizers(trainee.groups, opt_cfg, WARMUP, steps, budget, with_compiled=allowed)
+    if compile_applies(opt_cfg) and not allowed:
+        skipped[label(OmegaConf.merge(opt_cfg, {"compile": True}))] = why_not
+    return dict(optimizer_step_ms=ms, optimizer_configured=label(opt_cfg), optimizer_step_skipped=skipped,
+                optimizer_compiled=ran)
+
+
+def decode_workers_phase(trainee: Trainee, held: throughput.Rate, steps: int, budget: Budget,
+                         measured: Dict[int, throughput.Rate]) -> Dict[str, Any]:
+    """The decode-worker sweep (1, 2, 4, ... up to the cores, `measured` counts not taken again) while the budget
+    lasts: the workers the stream needs to keep up with the steps from memory."""
+    sweep = throughput.sweep_decode_workers(trainee, held, throughput.worker_counts(available_cores()), WARMUP, steps,
+                                            budget, measured)
+    return dict(decode_workers=sweep.needed, decode_bound=sweep.decode_bound,
+                decode_workers_sweep={str(w): {"steps_per_s": r.steps_per_s,
+                                               "over_memory": r.steps_per_s / held.steps_per_s}
+                                      for w, r in sweep.rates.items()},
+                decode_workers_not_measured=sweep.not_measured, decode_verdict=sweep.verdict(held))
 
 
 def _prefixed(prefix: str, figures: Dict[str, Any]) -> Dict[str, Any]:

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from raystream.bench.campaign import PRESETS
 from raystream.data.decode.backends import DECODERS, installed_decoders
@@ -53,22 +52,6 @@ def test_campaign_dry_run_measures_every_phase_of_every_preset(tmp_path):
     assert "MFU against no bf16 peak is known for a CPU" in table and "(MFU ?)" in table
     assert all(f"| {name} | adamw_fused | " in table for name in PRESETS), table  # the optimizer table
     assert table in out.stdout
-
-
-def test_the_decode_worker_scaling_is_a_table_of_the_campaign(tmp_path):
-    """gpu_decode (CUDA only, so not in the dry run) measures decoders.py's scaling with DECODE_SCALING; its rows,
-    measured here for one count and backend, are the campaign's table."""
-    from raystream.bench import decoders
-    from raystream.bench.campaign import DECODE_SCALING, markdown
-
-    assert DECODE_SCALING["counts"] == (1, 2, 4, 8, 16)
-    sc = decoders.scaling(tmp_path, counts=(1, 4096), backends=("threads",), frames=300)
-    r = {"date": "today", "device_name": "cpu", "device": "cpu", "tiny": True, "torch": torch.__version__,
-         "commit": None, "budget_s": 1.0, "presets": {}, "failed": [],
-         "gpu_decode": {"rows": [], "repeat": 1, "gpu": "no", "scaling": sc}}
-    table = markdown(r)
-    assert "decode-worker scaling:" in table and "[4096] workers not measured" in table, table
-    assert "| threads | 1 | " in table and "| 1.00 |" in table, table
 
 
 def test_the_largest_model_comes_first():

@@ -67,7 +67,7 @@ def shipped_campaign() -> Dict[str, Any]:
     campaign = json.loads(resources.files("raystream.bench").joinpath(SHIPPED_FILE).read_text())
     for key in ("device_name", "commit", "source", "presets"):
         if key not in campaign:
-            raise ConfigError(f"{where}: lacks `{key}`: expected the campaign.json layout (raystream/bench/campaign.py)")
+            raise ConfigError(f"{where}: lacks `{key}`: expected campaign.json's layout (raystream/bench/campaign.py)")
     for name, preset in campaign["presets"].items():
         check_rates(preset.get("bench"), f"{where}, preset {name}")
     return campaign

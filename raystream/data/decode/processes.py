@@ -9,16 +9,17 @@ Why: every decoder here releases the interpreter lock for most of its work (work
 feeding a GPU runs many decode workers beside a trainer whose Python holds the lock, and each worker's Python between
 decoder calls (the reader's, the crop) then waits its turn. A child process has an interpreter of its own.
 
-How: each child (`python -m raystream.data.decode.processes`, spawned fresh: no fork of a threaded trainer) gets one
-message per job over a Unix socket: a small descriptor (job id, video, frames, how to open the video's reader:
-`ReaderRecipe`, opened with backends.open_scaled_reader as a thread opens it) and, passed with it, the descriptor of
-a nameless shared-memory file (memfd) the parent made for the job's frames at r x r and mapped. The child maps it,
-decodes and crops straight into it (the one copy of the frames it makes, as a thread does into its array), unmaps it
-and answers with the job id. No frame is pickled, and no segment has a name: its memory goes when the last process
-holding it lets go, so nothing is left in /dev/shm however a process ends. The stream hands a job's segment back
-(`release`) once its last batch is made, and the next job of that size class reuses it: fresh shared pages cost 3 ms
-of page faults and zeroing per 4.5 MiB job, 7x a reused one (2026-11-28, this machine). Jobs go to workers as
-threads' do (workers.Router), so the batches are the same whatever the kind or number of workers.
+How: each child (`python -m raystream.data.decode.processes_child`, spawned fresh: no fork of a threaded trainer;
+processes_child.py is its side) gets one message per job over a Unix socket: a small descriptor (job id, video,
+frames, how to open the video's reader: `ReaderRecipe`, opened with backends.open_scaled_reader as a thread opens
+it) and, passed with it, the descriptor of a nameless shared-memory file (memfd) the parent made for the job's
+frames at r x r and mapped. The child maps it, decodes and crops straight into it (the one copy of the frames it
+makes, as a thread does into its array), unmaps it and answers with the job id. No frame is pickled, and no segment
+has a name: its memory goes when the last process holding it lets go, so nothing is left in /dev/shm however a
+process ends. The stream hands a job's segment back (`release`) once its last batch is made, and the next job of
+that size class reuses it: fresh shared pages cost 3 ms of page faults and zeroing per 4.5 MiB job, 7x a reused one
+(2026-11-28, this machine). Jobs go to workers as threads' do (workers.Router), so the batches are the same whatever
+the kind or number of workers.
 
 Faults: a child that dies (killed, a segfault in a corrupt file) closes its socket; the parent's reader thread then
 fails the job it was decoding at once with a DataError naming the video, the frames, the worker and how it ended
@@ -47,16 +48,15 @@ from typing import Callable, ContextManager, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from raystream.data.decode import processes_child
 from raystream.data.decode.plan import Job
-from raystream.data.decode.workers import Router, decode_job
+from raystream.data.decode.processes_child import MESSAGE_BYTES
+from raystream.data.decode.workers import Router
 from raystream.data.errors import DataError
 
 CLOSE_WAIT_S = 2.0  # close(): how long children may finish the job in hand before they are killed
 SIZE_CLASS = 16  # segments hold a multiple of this many frames, so jobs of similar length reuse them
 KEEP_FREE = 8  # released segments kept per size class for reuse
-# the child maps a segment per job: all its pages at once (a third of the CPU of faulting them in one by one)
-_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-_MESSAGE = 1 << 18  # largest message read from a socket (a job's descriptor is a few KiB)
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class _Child:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(theirs.fileno())],
+            self.proc = subprocess.Popen([sys.executable, "-m", processes_child.__name__, str(theirs.fileno())],
                                          stdin=subprocess.DEVNULL, stdout=2, pass_fds=(theirs.fileno(),), env=env)
         finally:
             theirs.close()
@@ -167,7 +167,7 @@ class _Child:
     def _read_answers(self) -> None:
         while True:
             try:
-                message = self.sock.recv(_MESSAGE)
+                message = self.sock.recv(MESSAGE_BYTES)
             except OSError:
                 break
             if not message:
@@ -330,72 +330,3 @@ def _close_live() -> None:
     for workers in list(_LIVE):
         with contextlib.suppress(Exception):
             workers.close()
-
-
-# ---------------------------------------------------------------------- the child
-def _child(fd: int) -> int:
-    """Decode the jobs read from socket `fd` into the memory passed with each, answering (job id, None or the
-    exception), until the parent ends its input; readers kept open per video (LRU), as a decode thread keeps them."""
-    from raystream.data.decode.backends import open_scaled_reader  # lazy: the child's only heavy import
-
-    sock = socket.socket(fileno=fd)
-    setup = pickle.loads(sock.recv(_MESSAGE))
-    settings, max_open = setup["settings"], setup["max_open"]
-    r = int(settings.resolution)
-    _watch_parent(int(setup["parent"]))
-    readers: "OrderedDict[int, object]" = OrderedDict()
-    while True:
-        try:
-            message, fds, _, _ = socket.recv_fds(sock, _MESSAGE, 1)
-        except OSError:
-            break
-        if not message:
-            break
-        job_id, recipe, video, frames = pickle.loads(message)
-        error: Optional[BaseException] = None
-        try:
-            mapping = mmap.mmap(fds[0], len(frames) * 3 * r * r, flags=_MAP_FLAGS)
-            try:
-                out = np.ndarray((len(frames), 3, r, r), dtype=np.uint8, buffer=mapping)
-                decode_job(readers, video, frames, out, lambda: open_scaled_reader(
-                    recipe, r, recipe.chosen, settings.max_read_through, settings.decord_reset_frames,
-                    settings.device), max_open)
-                del out
-            finally:
-                mapping.close()
-        except Exception as exc:  # noqa: BLE001 - handed to the parent, which raises it for the stream
-            error = _picklable(exc)
-        finally:
-            for f in fds:
-                os.close(f)
-        try:
-            sock.sendall(pickle.dumps((job_id, error), protocol=pickle.HIGHEST_PROTOCOL))
-        except OSError:
-            break
-    for reader in readers.values():
-        with contextlib.suppress(Exception):
-            reader.close()
-    return 0
-
-
-def _picklable(exc: BaseException) -> BaseException:
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:  # noqa: BLE001 - an exception whose class does not round-trip
-        return DataError(f"{type(exc).__name__}: {exc}")
-
-
-def _watch_parent(parent: int) -> None:
-    """A thread ending this child when its parent died (its parent pid changes) while a decode holds it."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(3)
-
-    threading.Thread(target=watch, daemon=True, name="raystream-decode-parent-watch").start()
-
-
-if __name__ == "__main__":
-    sys.exit(_child(int(sys.argv[1])))

@@ -10,7 +10,8 @@ groups the frames the next steps need into jobs (one segment of one video each),
 processes (`data.decode_backend`; processes decode into shared memory) decode them at once, already scaled by the
 decoder (`frames.py`), and a background thread assembles batches from them `data.prefetch` batches ahead. A batch
 that takes longer than `data.decode_timeout_s` raises DataError naming the video instead of hanging the run. None of
-this changes which frames a batch holds.
+this changes which frames a batch holds. What a batch is (Batch, ClipRef) and its assembly from decoded frames:
+batch.py.
 """
 
 from __future__ import annotations
@@ -24,11 +25,9 @@ import time
 import warnings
 from concurrent.futures import Future
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
-import torch
 
 from raystream.data.decode.backends import open_reader, open_scaled_reader
 from raystream.data.decode.torchcodec_reader import decode_device
@@ -36,6 +35,7 @@ from raystream.data.decode.plan import Job, Plan, Segments
 from raystream.data.decode.processes import DecodeProcesses, ReaderRecipe, ReaderSettings
 from raystream.data.decode.workers import DecodeWorkers, choose_backend, default_decode_workers
 from raystream.data.errors import DataError
+from raystream.data.stream.batch import Batch, ClipRef, assemble
 from raystream.data.stream.clips import ClipGeometry
 from raystream.data.stream.orders import Order
 from raystream.data.videos.cache import NodeCache
@@ -44,36 +44,6 @@ from raystream.data.videos.prefetch import VideoPrefetcher
 
 _SEGMENT_BYTES = 32 << 20  # a job decodes at most ~32 MiB of frames at the stream's resolution
 
-
-@dataclass
-class ClipRef:
-    """One clip: its video file and the source-frame indices of its input (and target) frames."""
-
-    video: str
-    frames: List[int]
-    target: List[int] = field(default_factory=list)
-
-
-@dataclass
-class Batch:
-    """This rank's shard of global batch `step` (b = batch_size // world_size clips)."""
-
-    step: int
-    frames: torch.Tensor  # (b, T, C, H, W) float32 in [0, 1], or uint8
-    target: Optional[torch.Tensor]  # (b, T_target, C, H, W) when stream.target_frames > 0
-    index: torch.Tensor  # (b,) global place of each clip in the global batch
-    video_index: torch.Tensor  # (b,) index of each clip's video in the stream's video list
-    clips: List[ClipRef]
-
-    def model_inputs(self, device: Optional[torch.device] = None) -> Dict[str, object]:
-        """The dict a scenario's model takes (`frames`, `target`, `index`, `step`), on `device` when given; `index`
-        stays on the host, where the models read it (seeded masks and views: reading it off a GPU syncs the step)."""
-
-        def move(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-            return t if t is None or device is None else t.to(device, non_blocking=True)
-
-        return {"frames": move(self.frames), "target": move(self.target), "index": self.index,
-                "step": int(self.step)}
 
 class ClipStream:
     """The clips of `videos` in `stream_cfg.order`, at `places` of each global batch. Build it with `build_stream`."""
@@ -316,29 +286,8 @@ class ClipStream:
 
     def _assemble(self, step: int, pixels: Dict[Tuple[int, int], np.ndarray], uint8: bool,
                   pin_memory: bool) -> Batch:
-        """The batch of `step` from `pixels[(video, frame)]`, uint8 (in pinned memory when asked) or float."""
-        refs = self.clip_refs(step)
-        r = self.resolution
-
-        def stack(frames_of: List[Tuple[int, List[int]]]) -> torch.Tensor:
-            out = torch.empty((len(frames_of), len(frames_of[0][1]), 3, r, r), dtype=torch.uint8,
-                              pin_memory=pin_memory)
-            x = out.numpy()  # numpy, not torch ops, in this thread: it must not compete for torch's intra-op pool
-            for i, (v, frames) in enumerate(frames_of):
-                for j, f in enumerate(frames):
-                    x[i, j] = pixels[(v, f)]
-            if uint8:
-                return out
-            return torch.from_numpy(np.multiply(x, np.float32(1.0 / 255.0), dtype=np.float32))
-
-        return Batch(
-            step=step,
-            frames=stack([(v, ref.frames) for v, _, ref in refs]),
-            target=stack([(v, ref.target) for v, _, ref in refs]) if refs[0][2].target else None,
-            index=torch.tensor(list(self.places), dtype=torch.long),
-            video_index=torch.tensor([v for v, _, _ in refs], dtype=torch.long),
-            clips=[ref for _, _, ref in refs],
-        )
+        """The batch of `step` from `pixels[(video, frame)]` (batch.py `assemble`)."""
+        return assemble(step, self.clip_refs(step), self.places, pixels, self.resolution, uint8, pin_memory)
 
     def _needs(self, step: int) -> Dict[int, List[int]]:
         need: Dict[int, List[int]] = {}

@@ -2,7 +2,7 @@
 cells whose comparison with the baseline is still open.
 
 A sweep names its comparison (`sweep.compare`: the axis, its baseline value, the metric and its direction, a
-margin, alpha) and a seed range (`sweep.seeds`: min, max; raystream/tune/study_config.py). Cells that differ only
+margin, alpha) and a seed range (`sweep.seeds`: min, max; raystream/config/sweep_study.py). Cells that differ only
 in the axis and the seed form a group: the baseline and the values compared with it. Round 1 runs the first `min`
 seeds of the grid's seed axis in every cell; when a group's round has ended, each compared cell's difference from
 the baseline (cell - baseline, paired by seed: the same seed is the same initial weights and the same stream) gets a
@@ -61,7 +61,7 @@ class Comparison:
 
 
 def comparison_of(sweep: Mapping[str, Any], seed_key: str) -> Optional[Comparison]:
-    """The sweep's comparison (None without `sweep.compare.axis` and `sweep.seeds`); keys checked in study_config."""
+    """The sweep's comparison (None without `sweep.compare.axis` and `sweep.seeds`); keys checked in raystream.config.sweep_study."""
     compare, seeds = sweep.get("compare") or {}, sweep.get("seeds") or {}
     if compare.get("axis") is None or seeds.get("min") is None:
         return None

@@ -46,7 +46,7 @@ def trial_resources(config: Mapping[str, Any]) -> Tuple[float, str]:
 
 
 def budget_of(sweep: Mapping[str, Any], unit: str) -> Optional[Budget]:
-    """The sweep's budget in `unit`, or None when it has none (keys checked by raystream.tune.study_config)."""
+    """The sweep's budget in `unit`, or None when it has none (keys checked by raystream.config.sweep_study)."""
     price = sweep.get("gpu_hour_price")
     if sweep.get("budget") is not None:
         return Budget(float(sweep["budget"]), unit, price, "sweep.budget")

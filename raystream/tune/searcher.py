@@ -38,10 +38,14 @@ class PickledSearcher(Searcher):
 
 class GridOptunaSearcher(PickledSearcher):
     def __init__(self, cells: List[Dict[str, Any]], space: Dict[str, Any], num_samples: int,
-                 metric: Optional[str] = None, mode: Optional[str] = None, seed: int = 0):
-        """`cells`: grid values per cell (dotted key -> value); `space`: dotted key -> Optuna distribution."""
+                 metric: Optional[str] = None, mode: Optional[str] = None, seed: int = 0,
+                 run_cells: Optional[List[int]] = None):
+        """`cells`: grid values per cell (dotted key -> value); `space`: dotted key -> Optuna distribution;
+        `run_cells`: the indices of the cells to run (default all; a cell whose trial finished before is reused,
+        raystream/tune/identity.py)."""
         super().__init__(metric=metric, mode=mode)
-        self._cells = [dict(c) for c in cells]
+        self._index = list(range(len(cells))) if run_cells is None else list(run_cells)
+        self._cells = [dict(cells[i]) for i in self._index]
         self._space = dict(space)
         self._num_samples = int(num_samples)
         self._seed = int(seed)
@@ -62,8 +66,9 @@ class GridOptunaSearcher(PickledSearcher):
 
     def _cell_search(self, cell: int) -> OptunaSearch:
         if cell not in self._optuna:
+            index = self._index[cell]
             self._optuna[cell] = OptunaSearch(space=self._space, metric=self._metric, mode=self._mode,
-                                              seed=self._seed + cell, study_name=f"cell{cell}")
+                                              seed=self._seed + index, study_name=f"cell{index}")
         return self._optuna[cell]
 
     def suggest(self, trial_id: str) -> Optional[Dict]:
@@ -72,7 +77,7 @@ class GridOptunaSearcher(PickledSearcher):
         cell = self._suggested % len(self._cells)
         self._suggested += 1
         self._trial_cell[trial_id] = cell
-        config: Dict[str, Any] = {CELL_KEY: cell, **self._cells[cell]}
+        config: Dict[str, Any] = {CELL_KEY: self._index[cell], **self._cells[cell]}
         if self._space:
             config.update(self._cell_search(cell).suggest(trial_id))
         return config
@@ -84,12 +89,16 @@ class GridOptunaSearcher(PickledSearcher):
         # A failed trial (no metric) is told to Optuna as FAIL, so TPE does not learn from it.
         self._cell_search(cell).on_trial_complete(trial_id, result=result, error=error or not result)
 
-
     def next_cell(self) -> Optional[int]:
         """The cell the next suggestion runs (None when every trial was suggested): read by the budget's wrapper
         (raystream.tune.budget_search) before it lets the trial start."""
-        return None if self._suggested >= self.total else self._suggested % len(self._cells)
+        return None if self._suggested >= self.total else self._index[self._suggested % len(self._cells)]
 
     def remaining(self) -> List[int]:
         """The cells of the trials not suggested yet, in the order they would run."""
-        return [i % len(self._cells) for i in range(self._suggested, self.total)]
+        return [self._index[i % len(self._cells)] for i in range(self._suggested, self.total)]
+
+    def restore(self, checkpoint_path: str) -> None:
+        super().restore(checkpoint_path)
+        if len(self._index) != len(self._cells):  # saved before `run_cells` existed: it ran every cell
+            self._index = list(range(len(self._cells)))

@@ -1,0 +1,100 @@
+"""What a sweep runs, given what has run already and what it may spend (issue 68): the trials it reuses, the Ray Tune
+search algorithm of the rest (every grid cell x Optuna, or seeds round by round for a comparison), kept within the
+budget, and the lines and params that say so.
+
+    reused = find_reused(client, experiment_id, the_plan)      # before the Tuner: finished trials, same identity
+    links = link_reused(client, reused, parent_id, tags_of)    # each shown under the new parent run
+    search = search_algorithm(cfg, the_plan, reused, estimates)
+    ...tuner.fit()...
+    lines = summary_lines(search, reused)                      # reused, budget and spend, each comparison
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from ray.tune.search import Searcher
+
+from raystream.tune import identity
+from raystream.tune.adaptive import SeedSearcher, comparison_of
+from raystream.tune.adaptive import summary_lines as comparison_lines
+from raystream.tune.budget import Ledger, budget_of, trial_resources
+from raystream.tune.budget_search import BudgetSearcher
+from raystream.tune.searcher import GridOptunaSearcher
+from raystream.tune.space import SweepPlan, optuna_space
+from raystream.config.sweep_study import seed_axis
+
+
+def find_reused(client, experiment_id: str, the_plan: SweepPlan) -> Dict[int, Any]:
+    """cell index -> a FINISHED trial run in the experiment with the cell's identity. Only a sweep whose trials
+    are its cells (no sampled axes, one sample a cell) can know a trial's identity before it runs."""
+    if the_plan.sample or the_plan.num_samples != 1:
+        return {}
+    found = identity.finished_trials(client, experiment_id, [c.config for c in the_plan.cells])
+    return {i: run for i, run in enumerate(found) if run is not None}
+
+
+def link_reused(client, reused: Mapping[int, Any], parent_run_id: str,
+                tags_of: Callable[[int, str], Dict[str, str]]) -> Dict[int, str]:
+    """cell -> the child run under `parent_run_id` that shows its reused trial (`tags_of(cell, trial id)`: the new
+    sweep's tags of a trial). A trial linked by an earlier session of this sweep is not linked again."""
+    have = {r.data.tags.get(identity.REUSED_FROM_TAG): r.info.run_id for r in client.search_runs(
+        [client.get_run(parent_run_id).info.experiment_id],
+        filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'", max_results=10000)}
+    links = {}
+    for cell, run in reused.items():
+        origin = run.info.run_id
+        links[cell] = have.get(origin) or identity.link_reused(client, run, parent_run_id,
+                                                               tags_of(cell, f"reused-{origin[:8]}"))
+    return links
+
+
+def search_algorithm(cfg, the_plan: SweepPlan, reused: Mapping[int, Any],
+                     estimates: Optional[Sequence[float]] = None) -> Searcher:
+    """The sweep's searcher: SeedSearcher when it names a comparison and a seed range, else every cell not reused x
+    Optuna; wrapped in the budget when there is one. `estimates`: the plan's resource-hours of one trial of each
+    cell (None when the plan has no rate: the budget then estimates a trial from the ones measured)."""
+    sweep = cfg.sweep
+    values = [c.values for c in the_plan.cells]
+    comparison = comparison_of(sweep, seed_axis(sweep.grid) or "")
+    if comparison is not None:
+        known = {cell: _metric(run, comparison.metric) for cell, run in reused.items()}
+        searcher: Searcher = SeedSearcher(values, comparison, known=known)
+    else:
+        searcher = GridOptunaSearcher(values, optuna_space(the_plan.sample), the_plan.num_samples,
+                                      metric=sweep.metric, mode=sweep.mode, seed=int(sweep.seed),
+                                      run_cells=[i for i in range(len(values)) if i not in reused])
+    held = [trial_resources(c.config) for c in the_plan.cells]
+    budget = budget_of(sweep, held[0][1]) if held else None
+    if budget is None:
+        return searcher
+    planned = list(estimates) if estimates is not None else [0.0] * len(held)
+    return BudgetSearcher(searcher, Ledger(budget, planned=planned, resources=[h for h, _ in held]))
+
+
+def _metric(run, key: str) -> Optional[float]:
+    value = run.data.metrics.get(key)
+    return float(value) if value is not None else None
+
+
+def summary_lines(search: Searcher, reused: Mapping[int, Any], planned: int) -> List[str]:
+    """The sweep summary's lines of issue 68: how many trials were reused, the budget and its spend (and what it
+    left out), each comparison and the trials the seed rounds saved."""
+    lines = [f"{len(reused)} of {planned} trials reused (finished before, same config), not run again"] \
+        if reused else []
+    inner = search.searcher if isinstance(search, BudgetSearcher) else search
+    if isinstance(search, BudgetSearcher):
+        lines.append(search.ledger.line() + (f": cells {search.ledger.not_run}" if search.ledger.not_run else ""))
+    if isinstance(inner, SeedSearcher):
+        lines += comparison_lines(inner.summary())
+        lines.append(f"seed rounds: {inner.trials_saved()} trials of the full grid not run")
+    return lines
+
+
+def parent_params(search: Searcher) -> Dict[str, Any]:
+    """What the parent run records of the budget and the spend."""
+    if not isinstance(search, BudgetSearcher):
+        return {}
+    s = search.ledger.summary()
+    return {"sweep.budget_hours": s["budget"], "sweep.budget_unit": s["unit"], "sweep.spent_hours": s["spent"],
+            "sweep.stopped_by_budget": s["stopped_by_budget"], "sweep.not_run": len(s["not_run"])}

@@ -3,7 +3,9 @@
 `probe_videos` opens each file with the configured decoder in a child process (`python -m
 raystream.data.videos.probing`) and decodes its first and last frames, so a missing, non-video, truncated/corrupt or
 empty file is reported by name before training; and a file that makes the decoder hang or abort costs at most
-`decode_timeout_s` and becomes an error, not a frozen sweep. Each file gets the decoder that reads it exactly
+`decode_timeout_s` (per decoder tried) and becomes an error, not a frozen sweep: where one of auto's decoders (or
+the configured one) hangs or aborts on it, that decoder is passed over, named, and the next probes the file in a
+fresh child. Each file gets the decoder that reads it exactly
 (decode/exact.py): the configured one, or with `auto` the first installed in auto's order (decode/backends.py); a file the
 configured (preferred) decoder would read wrong or cannot open goes to the next, PyAV at the latest
 (`VideoInfo.decoded_by`, why in `VideoInfo.pyav_because`); a file PyAV does not read exactly either is refused here,
@@ -86,36 +88,39 @@ def probe_videos(entries: Sequence[VideoEntry], decoder: str, timeout_s: float,
 
 
 def _probe_in_child(paths: List[str], decoder: str, timeout_s: float, device: str) -> Dict[int, tuple]:
-    """Probe `paths` in child processes; a hang past `timeout_s` or a crash marks that file bad and moves on."""
+    """Probe `paths` in child processes; a hang past `timeout_s` or a crash moves on. In a decoder the child was
+    trying (it says which before each), that decoder is passed over for that file, named with why, and the file is
+    probed again by a fresh child with the others; in PyAV's own reading of the file, the file is bad."""
     out: Dict[int, tuple] = {}
+    known: Dict[int, List[List[str]]] = {}  # file -> [decoder, why] of the decoders that hung or crashed on it
     start = 0
     while start < len(paths):
         proc = subprocess.Popen([sys.executable, "-m", "raystream.data.videos.probing", decoder,
                                  *_candidates(decoder, device)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        proc.stdin.write(json.dumps(paths[start:]))
+        proc.stdin.write(json.dumps([[p, known.get(start + k, [])] for k, p in enumerate(paths[start:])]))
         proc.stdin.close()
         lines: "queue.Queue[Optional[str]]" = queue.Queue()
         threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-        current, started = start, False
+        current, started, trying = start, False, None
         while current < len(paths):
             try:  # before the first file the child is still starting Python and importing the decoder
                 line = lines.get(timeout=timeout_s if started else timeout_s + 60.0)
             except queue.Empty:
                 proc.kill()
                 proc.wait()
-                out[current] = (None, f"decoding did not finish within data.decode_timeout_s = {timeout_s}s "
-                                      "(a stuck decode: the file is likely corrupt)")
-                current += 1
+                within = f"within data.decode_timeout_s = {timeout_s}s"
+                current = _failed(out, known, current, trying, f"did not finish decoding {within}",
+                                  f"decoding did not finish {within} (a stuck decode: the file is likely corrupt)")
                 break
             if line is None:  # the child died (e.g. a native abort inside the decoder)
                 code = proc.wait()
-                out[current] = (None, f"the {decoder} decoder crashed on it (exit code {code}): corrupt file")
-                current += 1
+                current = _failed(out, known, current, trying, f"crashed on it (exit code {code})",
+                                  f"the {trying or decoder} decoder crashed on it (exit code {code}): corrupt file")
                 break
             msg = json.loads(line)
-            if "started" in msg:
-                current, started = start + msg["started"], True
+            if "started" in msg or "trying" in msg:
+                current, started, trying = start + msg.get("started", current - start), True, msg.get("trying")
                 continue
             i = start + msg["i"]
             if msg.get("error"):
@@ -128,6 +133,18 @@ def _probe_in_child(paths: List[str], decoder: str, timeout_s: float, device: st
             proc.wait()
         start = current
     return out
+
+
+def _failed(out: Dict[int, tuple], known: Dict[int, List[List[str]]], current: int, trying: Optional[str],
+            why: str, bad_file: str) -> int:
+    """After the child hung or died on file `current` while `trying` a decoder: that decoder is passed over for the
+    file (`why`) and the file is probed again (returns `current`); in PyAV's own reading (or before any decoder),
+    the file is bad (`bad_file`) and the next one is probed (returns `current + 1`)."""
+    if trying is not None and trying != "pyav":
+        known.setdefault(current, []).append([trying, f"{trying} {why}"])
+        return current
+    out[current] = (None, bad_file)
+    return current + 1
 
 
 def _candidates(decoder: str, device: str = "cpu") -> List[str]:
@@ -147,7 +164,8 @@ def _pump(stream, lines: "queue.Queue[Optional[str]]") -> None:
 
 
 def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None,
-               on_first_load: Optional[Callable[[], None]] = None) -> dict:
+               on_first_load: Optional[Callable[[], None]] = None,
+               on_try: Optional[Callable[[str], None]] = None, known: Sequence[Sequence[str]] = ()) -> dict:
     """Open `path`, decode its first and last frames; a dict with the facts or an `error`.
 
     The container is read with PyAV first (its FFmpeg messages say what is wrong: no video stream, zero frames,
@@ -158,7 +176,9 @@ def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None,
     candidate that fails on the file in any way (an error of its own library included) is passed over, saying so:
     it is a decoder that does not read this file, not a file that cannot be read. PyAV must itself find each frame
     from the start to past the first B-frame (exact.pyav_misread) wherever a check compares with its frames or it
-    reads the file; a file no decoder reads exactly is an error naming each decoder's reason.
+    reads the file; a file no decoder reads exactly is an error naming each decoder's reason. `on_try(name)` is
+    called before each candidate is tried and before PyAV's own reading ("pyav"); `known`: [decoder, why] of
+    candidates passed over already (they hung or crashed on this file in an earlier child), not tried again.
     """
     opened = []
     try:
@@ -174,11 +194,18 @@ def _probe_one(path: str, decoder: str, candidates: Optional[List[str]] = None,
         for name in _candidates(decoder) if candidates is None else candidates:
             if decoder == "auto" and _loads(name, on_first_load) is not None:
                 continue  # not installed here: auto passes it over without a word
-            because = _verdict(path, name, facts, pyav_wrong is None, opened)
+            if name in dict(known):
+                because = dict(known)[name]
+            else:
+                if on_try is not None:
+                    on_try(name)
+                because = _verdict(path, name, facts, pyav_wrong is None, opened)
             if because is None:
                 reader, chosen = opened[-1], name
                 break
             passed.append(f"{name}: {because}" if decoder == "auto" else because)
+        if reader is facts and on_try is not None:
+            on_try("pyav")
         problem = (pyav_wrong or _ends(facts, path)) if reader is facts else None
         if problem is not None:  # PyAV's own failure alone (no other decoder tried) is the file's problem
             return {"error": problem if not passed and pyav_wrong is None else "read exactly by no decoder here: "
@@ -250,21 +277,29 @@ def _strip_path(message: str, path: str) -> str:
 
 def _child_main() -> None:
     decoder, candidates = sys.argv[1], sys.argv[2:]
-    # import PyAV and the first decoder that loads before the first file's clock starts; auto's later ones load
-    # when a file first needs them, and the file's clock starts again after that import
+    files = json.loads(sys.stdin.read())  # [path, [[decoder, why it was passed over], ...]] each
+    # import PyAV and the first decoder that loads (and has not hung or crashed on the first file) before the first
+    # file's clock starts; auto's later ones load when a file first needs them, and the clock starts again after
     _loads("pyav", None)
     for name in candidates:
-        if _loads(name, None) is None:
+        if name not in dict(files[0][1] if files else ()) and _loads(name, None) is None:
             break
-    paths = json.loads(sys.stdin.read())
-    # a test hook: every file's decode takes at least this long, a stuck decode the tests can rely on
+    # a test hook: every file's decode takes at least this long (with RAYSTREAM_PROBE_DELAY_IN, only that decoder's
+    # part of it), a stuck decode the tests can rely on
     delay_s = float(os.environ.get("RAYSTREAM_PROBE_DELAY_S", "0"))
-    for i, path in enumerate(paths):
+    delay_in = os.environ.get("RAYSTREAM_PROBE_DELAY_IN")
+
+    def trying(name: str) -> None:
+        print(json.dumps({"trying": name}), flush=True)
+        if delay_s and name == delay_in:
+            time.sleep(delay_s)
+
+    for i, (path, known) in enumerate(files):
         print(json.dumps({"started": i}), flush=True)
-        if delay_s:
+        if delay_s and not delay_in:
             time.sleep(delay_s)
         restart = functools.partial(print, json.dumps({"started": i}), flush=True)
-        print(json.dumps({"i": i, **_probe_one(path, decoder, candidates, restart)}), flush=True)
+        print(json.dumps({"i": i, **_probe_one(path, decoder, candidates, restart, trying, known)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import pytest
 from rs_data_helpers import data_cfg, read_block, stream_cfg, write_block_video
 
 from raystream.data import DataError, build_stream
+from raystream.data.decode.backends import installed_decoders
 from raystream.data.videos.listing import resolve_videos
 
 
@@ -110,6 +111,25 @@ def test_a_stuck_decode_is_a_bounded_failure(bad_files, tmp_path, monkeypatch):
         build_stream(data_cfg([fresh], decode_timeout_s=0.5), stream_cfg())
     assert time.monotonic() - started < 25  # ended by the time-out, not by the decode
     assert "slow.mp4" in str(err.value)
+
+
+def test_a_decoder_stuck_on_a_file_is_passed_over_and_the_next_reads_it(bad_files, tmp_path, monkeypatch):
+    """The first decoder auto tries hangs on the file (the probe child sleeps in it): that decoder is named as
+    passed over and a fresh child probes the file with the others, where before the file was refused."""
+    d, _ = bad_files
+    first, *rest = installed_decoders()
+    if not rest:
+        pytest.skip("one decoder installed here: nothing to pass on to")
+    fresh = shutil.copy(d / "good.mp4", tmp_path / "stuck_in_one.mp4")  # not in the probe cache
+    monkeypatch.setenv("RAYSTREAM_PROBE_DELAY_S", "60")
+    monkeypatch.setenv("RAYSTREAM_PROBE_DELAY_IN", first)
+    with pytest.warns(UserWarning, match="stuck_in_one.mp4"):  # the warning naming the decoder passed over
+        stream = build_stream(data_cfg([fresh], decoder="auto", decode_timeout_s=10.0), stream_cfg())
+    video = stream.videos[0]
+    assert video.decoder("auto") == rest[0] and video.num_frames == 30
+    assert video.pyav_because == f"{first}: {first} did not finish decoding within data.decode_timeout_s = 10.0s"
+    batch = next(iter(stream))
+    assert read_block(batch.frames[0, 0])[1] == batch.clips[0].frames[0]
 
 
 def test_directory_and_manifests(bad_files, tmp_path):

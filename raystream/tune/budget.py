@@ -116,3 +116,27 @@ class Ledger:
         if self.stopped:
             text += f"; stopped by the budget, {len(self.not_run)} trials not run"
         return text
+
+
+def plan_estimates(cells: Sequence[Any]) -> Optional[List[float]]:
+    """The resource-hours of one trial of each cell by `raystream plan` (its CellPlans: the time's estimate x the GPUs
+    a trial holds, or its CPUs without a GPU); None when a cell has no rate (no time to estimate)."""
+    if any(cp.trial_s is None for cp in cells):
+        return None
+    return [cp.trial_s["estimate"] / 3600 * (cp.demand.get("GPU") or cp.demand.get("CPU") or 1.0) for cp in cells]
+
+
+def check_plan(sweep: Mapping[str, Any], cells: Sequence[Any], samples: int = 1) -> Optional[str]:
+    """Before Ray starts: raise ConfigError when the sweep's budget is below one trial or below the plan (its
+    CellPlans, `samples` trials each); None when it fits or there is no budget, else a line saying why the budget
+    could not be checked (no rate: the sweep then estimates trials from those it measures)."""
+    per_cell = plan_estimates(cells)
+    unit = "GPU-hours" if any((cp.demand.get("GPU") or 0) > 0 for cp in cells) else "CPU-hours"
+    budget = budget_of(sweep, unit)
+    if budget is None:
+        return None
+    if per_cell is None:
+        return (f"{budget.key}: the plan knows no rate for this setting, so the budget is checked against the trials "
+                "measured as they finish")
+    check_budget(budget, [h for h in per_cell for _ in range(samples)])
+    return None

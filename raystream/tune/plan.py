@@ -37,6 +37,7 @@ import copy
 import heapq
 import json
 import math
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -48,6 +49,7 @@ from raystream.config import ConfigError
 from raystream.data import DataError
 from raystream.train.capacity import max_resources
 from raystream.train.preflight import machine_cpus, stream_plan
+from raystream.tune.budget import check_plan
 from raystream.tune.concurrency import trial_demand
 from raystream.tune.plan_text import text
 from raystream.tune.rates import SHIPPED, SPREAD, Rate, load_bench, optimizer_label, rate_for, step_seconds
@@ -279,6 +281,10 @@ def main(kind: str, cfg, overrides: Sequence[str] = (), *, json_out: bool = Fals
     """`raystream plan`: print the plan (or its JSON object with --json). Exit 0; bad input raises ConfigError."""
     p = make_plan(kind, copy.deepcopy(cfg), overrides, **options)
     print(json.dumps(p.as_json(), indent=1) if json_out else text(p), flush=True)
+    if kind == "sweep":  # a budget the plan passes is refused as the sweep would refuse it (exit 2, after the plan)
+        note = check_plan(cfg.sweep, p.cells, samples=int(cfg.sweep.num_samples))
+        if note:
+            print(f"raystream: {note}", file=sys.stderr)
     return 0
 
 

@@ -11,7 +11,7 @@ import pytest
 from ray import tune
 
 from raystream.config import ConfigError, compose
-from raystream.tune.budget import Budget, Ledger, budget_of, check_budget, trial_resources
+from raystream.tune.budget import Budget, Ledger, budget_of, check_budget, check_plan, trial_resources
 from raystream.tune.budget_search import BudgetSearcher
 from raystream.tune.searcher import CELL_KEY, GridOptunaSearcher
 
@@ -86,3 +86,23 @@ def test_a_tune_run_stops_starting_trials_at_the_budget(ray_by_value, tmp_path):
     ledger = searcher.ledger
     assert ledger.stopped and ledger.not_run == [3, 4]
     assert 3.0 / 3600 <= ledger.spent <= 3.5 / 3600
+
+
+def _cell_plan(seconds, demand):
+    from raystream.tune.plan import CellPlan
+
+    return CellPlan(label="c", trials=1, steps=10, limited_by="the stream", global_batch=8, workers=1, demand=demand,
+                    evaluations=1, checkpoints=1, optimizer="adamw",
+                    trial_s=None if seconds is None else {"low": seconds, "estimate": seconds, "high": seconds})
+
+
+def test_the_plans_estimate_is_checked_against_the_budget():
+    """`raystream plan` and the sweep check the same: 2 cells x 2 samples of 1 GPU-hour over a 3 GPU-hour budget."""
+    cells = [_cell_plan(3600, {"GPU": 1.0, "CPU": 4.0}), _cell_plan(3600, {"GPU": 1.0, "CPU": 4.0})]
+    with pytest.raises(ConfigError, match=r"`sweep.budget`: the plan's estimate of the sweep, 4 GPU-hours for 4 "):
+        check_plan({"budget": 3.0}, cells, samples=2)
+    assert check_plan({"budget": 4.0}, cells, samples=2) is None and check_plan({}, cells) is None
+    cpu = [_cell_plan(1800, {"CPU": 2.0})]  # no GPU: CPU-hours, 0.5 h x 2 CPUs
+    with pytest.raises(ConfigError, match=r"0.5 CPU-hours is below one trial \(1 CPU-hours by the plan"):
+        check_plan({"budget": 0.5}, cpu)
+    assert "knows no rate" in check_plan({"budget": 1.0}, [_cell_plan(None, {"CPU": 1.0})])

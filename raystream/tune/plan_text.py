@@ -7,10 +7,7 @@ are none) and what the time leaves out.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
-
-if TYPE_CHECKING:  # plan.py imports this module: its types only for the annotations
-    from raystream.tune.plan import Plan
+from typing import Any, Mapping
 
 
 def _duration(seconds: float) -> str:
@@ -33,8 +30,8 @@ def _spread(values: Mapping[str, float], show) -> str:
     return f"{show(values['estimate'])} ({show(values['low'])} to {show(values['high'])})"
 
 
-def text(p: Plan) -> str:
-    """What `raystream plan` prints."""
+def text(p: Any) -> str:
+    """What `raystream plan` prints, `p` being plan.py's Plan (not imported: plan.py imports this module)."""
     what = f"sweep {p.name}" if p.kind == "sweep" else "train"
     samples = p.cells[0].trials if p.cells else 0
     count = (f"{p.trials} trial{'s' if p.trials != 1 else ''}"

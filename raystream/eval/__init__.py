@@ -9,6 +9,19 @@
     load_probe_source(data_cfg, stream_cfg, eval_cfg) -> ProbeSource: eval.dataset as published (ImageFolder,
         SSv2, `path label` lists) or labelled video folders
     heldout_pixel_metrics(predict, batches, max_batches) -> {'eval/mse_out_of_stream', 'eval/psnr_out_of_stream'}
+
+    probes.py             the probes of `eval.metrics` on a labelled probe set with a frozen encoder (probe_metrics)
+    knn.py                weighted kNN on frozen features, as DINO's eval_knn.py
+    linear.py             the linear probe on cached frozen features
+    attentive.py          the attentive probe on frozen tokens, as V-JEPA's AttentiveClassifier
+    minibatch.py          the seeded mini-batch order of the probes that train with mini-batches
+    pixels.py             pixel-prediction metrics: MSE and PSNR, in and out of the stream
+    views.py              the views a probe sees of an image: DINO's evaluation transforms
+    loaders.py            probe samples -> pixels, one list of samples at a time
+    probe_sets.py         probe sets as their authors publish them (ImageFolder, SSv2, `path label` lists), listed
+    labelled_videos.py    labelled video folders as probe sets: clips with class labels
+    shard.py              which part of a probe's work this process does, and the collectives joining the parts
+    config.py             EvalConfig: the `eval` section (plain data)
 """
 
 from raystream.eval.attentive import attentive_probe_top1

@@ -4,8 +4,16 @@
     scenario.model(batch_dict) -> {'loss', ...}; scenario.set_total_steps(n); scenario.after_step(step); scenario.needs
     scenario.evaluate(model, eval_cfg, probe=None, heldout=None) -> {'eval/<metric>': float}
 
-One file per role: vit.py (backbone, presets), pixels.py (patchify, targets, the pixel decoders), videomae.py
-(with its tube masks), future_prediction.py, scenario.py (interface, registry), checkpoint.py (initialisation).
+    vit.py                the Vision Transformer backbone (images and video tubelets), its presets, compiled blocks
+    pixels.py             pixels in and out: normalisation, tubelet patchify, VideoMAE's target, the pixel decoders
+    videomae.py           VideoMAE: masked tube reconstruction (section 4.2), with its tube masks
+    future_prediction.py  future prediction (section 4.3): 4 frames predict the 4 that follow
+    dora/                 DoRA (Table 1): its own package, one file per role
+    scenario.py           the interface every scenario shows the training loop, and the registry
+    checkpoint.py         a model initialised from a local state dict or an earlier raystream run
+    published.py          published ViT checkpoints translated to raystream's ViT keys
+    saved.py              a trained scenario model as one file MLflow and raystream both read (model.pth)
+    config.py             ScenarioConfig: the `scenario` group (plain data)
 """
 
 from raystream.models import future_prediction, videomae  # noqa: F401  (register the scenarios)

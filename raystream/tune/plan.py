@@ -51,6 +51,7 @@ from raystream.train.capacity import max_resources
 from raystream.train.preflight import machine_cpus, stream_plan
 from raystream.tune.budget import check_plan
 from raystream.tune.concurrency import trial_demand
+from raystream.tune.plan_measured import measure
 from raystream.tune.plan_text import text
 from raystream.tune.rates import SHIPPED, SPREAD, Rate, load_bench, optimizer_label, rate_for, step_seconds
 from raystream.tune.space import Cell, SweepPlan, plan as sweep_plan, structured
@@ -209,10 +210,11 @@ def make_plan(kind: str, cfg, overrides: Sequence[str] = (), *, gpus: Optional[i
     explicit = None if kind == "train" else cfg.sweep.max_concurrent_trials
     slots, why = concurrency(cells, len(cells) * samples, have, have_from, explicit)  # before any video is opened
     planned, used = _cell_plans(kind, name, cells, samples, rates, spread)
+    measured = measure(planned, cfg, name) if kind == "sweep" else None  # finished trials of this sweep, if any
     result = Plan(kind=kind, name=name, overrides=list(overrides), trials=sum(cp.trials for cp in planned),
                   cells=planned, resources=have, resources_from=have_from, concurrent_trials=slots,
                   concurrency_note=why, rate=None if used is None else asdict(used), spread=spread,
-                  gpu_hour_price=gpu_hour_price, not_included=list(NOT_INCLUDED))
+                  gpu_hour_price=gpu_hour_price, not_included=[measured] if measured else list(NOT_INCLUDED))
     if all(cp.trial_s is not None for cp in planned):
         _totals(result, samples)
     return result

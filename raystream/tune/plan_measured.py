@@ -1,0 +1,59 @@
+"""The plan's time of a whole trial, measured (issue 68): when a sweep is extended or resumed, the trials of it that
+finished give each trial's wall time as it ran (its start, the stream correlation, evaluations and checkpoints
+included), which the rate of the training steps alone leaves out (a 10-trial sweep planned at 6.3 s took 353 s).
+
+`measure(planned, cfg, name)` reads the FINISHED trial runs of sweep `name` in the config's MLflow experiment (its
+tracking store only when it exists: planning creates no store) and sets each cell's `trial_s` from them: a trial
+of a cell of `s` steps takes the measured trials' wall times x s / their steps (low, median, high), so a grid whose
+cells share their steps gets the measured times themselves. Reused trials' links are not counted (they did not run
+here). No finished trial: the plan keeps the rate's time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any, List, Optional, Sequence, Tuple
+
+from raystream.tracking import names
+from raystream.tracking.store import tracking_uri
+from raystream.tune.identity import REUSED_FROM_TAG
+
+SQLITE = "sqlite:///"
+
+
+def finished_walls(uri: str, experiment: str, sweep: str) -> List[Tuple[float, float]]:
+    """(steps, wall seconds) of each FINISHED trial of sweep `sweep` in `experiment`; [] when there is no store."""
+    if uri.startswith(SQLITE) and not Path(uri[len(SQLITE):]).exists():
+        return []
+    from mlflow.tracking import MlflowClient  # lazy: the plan reads MLflow only here
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    query = (f"tags.`{names.ROLE_TAG}` = '{names.ROLE_TRIAL}' and tags.`{names.SWEEP_TAG}` = '{sweep}' and "
+             "attributes.status = 'FINISHED'")
+    walls = []
+    for run in client.search_runs([found.experiment_id], filter_string=query, max_results=5000):
+        steps = run.data.metrics.get("steps_done")
+        if REUSED_FROM_TAG in run.data.tags or not steps or not run.info.end_time:
+            continue
+        walls.append((float(steps), (run.info.end_time - run.info.start_time) / 1000.0))
+    return walls
+
+
+def measure(planned: Sequence[Any], cfg, name: str) -> Optional[str]:
+    """Set each CellPlan's `trial_s` from the finished trials of sweep `name`; the line saying so, or None (none
+    finished: nothing changed)."""
+    walls = finished_walls(tracking_uri(cfg), str(cfg.mlflow.experiment), name)
+    if not walls:
+        return None
+    per_step = sorted(seconds / steps for steps, seconds in walls)
+    low, mid, high = per_step[0], statistics.median(per_step), per_step[-1]
+    for cp in planned:
+        cp.trial_s = {"low": low * cp.steps, "estimate": mid * cp.steps, "high": high * cp.steps}
+        cp.rate_note = ""
+    return (f"nothing of a trial: its time is measured, the wall time of {len(walls)} finished trial"
+            f"{'s' if len(walls) != 1 else ''} of sweep {name} (start, stream correlation, evaluations and "
+            "checkpoints included) per step, x each cell's steps")

@@ -1,6 +1,7 @@
 """Fixtures shared across test folders: one torch thread per test (the CI machine has 2 shared cores and the
-models are tiny), and one local Ray cluster (2 CPUs) for every Ray test of the session; and the two queues the
-suite runs in under pytest-xdist (`make test`: `-n 2`)."""
+models are tiny), and one local Ray cluster (2 CPUs) for every Ray test of the session, whose workers compile with
+`aot_eager` (tests/ray_env.py `SESSION_CLUSTER_ENV`); and the two queues the suite runs in under pytest-xdist
+(`make test`: `-n 2`)."""
 
 import functools
 import os
@@ -105,14 +106,20 @@ def ray_cluster():
     with the load average; it is not retried."""
     import ray
 
+    from ray_env import SESSION_CLUSTER_ENV
     from raystream.train.ray_start import start_local_ray
 
     started = not ray.is_initialized()
     if started:
         try:
             # raystream's local start: the cluster's Train placement-group cleaners never ask another cluster's
-            # dashboard (the e2e and cluster tests start clusters beside this one) whether a run is alive
-            start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=True)
+            # dashboard (the e2e and cluster tests start clusters beside this one) whether a run is alive. The
+            # cluster's processes take SESSION_CLUSTER_ENV from this process's environment as they start; the
+            # environment is restored right after, so this process and its later subprocesses do not.
+            with pytest.MonkeyPatch.context() as patch:
+                for key, value in SESSION_CLUSTER_ENV.items():
+                    patch.setenv(key, value)
+                start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=True)
         except Exception as exc:
             if not (isinstance(exc, TimeoutError) or any(w in str(exc).lower() for w in ("timed out", "timeout"))):
                 raise

@@ -141,7 +141,9 @@ def test_compiled_optimizer_trains_like_the_stock_one(ray_cluster, tiny, workdir
     diagnostics): the same losses, to fp32 rounding, as the stock-op step. The stock losses come from the worker's
     step taken in this process (raystream/bench/trainee.py: the model, optimizer, schedules and shard a worker
     builds, `forward_backward` and `optimizer_update`), which gives a stock Ray Train run's losses to fp32 rounding,
-    without a second Ray Train run."""
+    without a second Ray Train run. On the session's cluster the worker's torch.compile traces the step whole and
+    runs it with `aot_eager` (tests/ray_env.py `SESSION_CLUSTER_ENV`): inductor's C++ build of the same step, which
+    was most of this test's time, is tests/optim/test_optim_compiled.py's."""
     import itertools
 
     from raystream.bench.trainee import Trainee, build_host_stream

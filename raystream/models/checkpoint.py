@@ -6,8 +6,9 @@
   plain containers only, never arbitrary pickled objects);
 - a directory: a Ray checkpoint holding `model.pt` / `model.safetensors` (what the train loop saves), or a run
   directory holding such checkpoints (the latest `checkpoint_*` is used). A `run:` prefix is accepted and ignored;
-- an MLflow model URI (`models:/<model_id>`, `models:/<name>@<alias>`, `models:/<name>/<version>`):
-  raystream.tracking.registry fetches it into the node's cache (the only place this module reaches a server).
+- an MLflow model URI (`models:/<model_id>`, `models:/<name>@<alias>`, `models:/<name>/<version>`) is fetched by
+  the train layer (raystream/train/model_uri.py), which hands this module the local file: this module reaches no
+  server.
 
 The state dict may be the whole scenario model (restored exactly) or just a backbone: keys `encoder.*` of a
 scenario checkpoint, or a published ViT in its authors' layout (DINO/DoRA, timm, transformers, official VideoMAE;
@@ -61,15 +62,11 @@ def is_model_uri(init: Union[str, Path, None]) -> bool:
 
 
 def resolve_checkpoint(init: Union[str, Path]) -> Path:
-    """The state-dict file that `init` (a file, a checkpoint directory, a run directory or a `models:/` URI)
-    names."""
+    """The state-dict file that `init` (a file, a checkpoint directory or a run directory) names."""
     if is_model_uri(init):
-        from raystream.tracking.registry import ModelUriError, resolve  # lazy: MLflow, only for a models:/ URI
-
-        try:
-            return resolve(str(init))
-        except ModelUriError as exc:
-            raise CheckpointError(str(exc)) from None
+        raise CheckpointError(f"scenario.backbone.init = {str(init)!r}: an MLflow model URI is fetched by the train "
+                              "layer (raystream.train.model_uri.fetched) before the model is built; the models "
+                              "package reads local files only")
     path = Path(str(init).removeprefix("run:")).expanduser()
     if not path.exists():
         raise CheckpointError(f"scenario.backbone.init = {str(init)!r}: no such file or directory")

@@ -13,10 +13,10 @@ the same videos show the same digest, whatever the machine or path they were rea
 The profile (shown beside the digest) holds the counts (frames: null for held-out videos no index records) and
 the first `MAX_URIS` videos' URIs.
 
-The driver makes the events before Ray starts (`input_events`: the training videos from the stream it has opened
-anyway, the held-out videos and the probe set from their listing and index, none of them decoded) and appends them
-to the run's record; the mirror writes them with `MlflowClient.log_inputs` (`log`), which MLflow keeps once per
-(run, name, digest): a replay writes no second input.
+The driver makes the events before Ray starts from plain values the train layer hands it (`input_events` of
+`VideoSet`s: each set's context, name, source and index rows, made by train/inputs.py from what data/ resolved, none
+of the videos decoded) and appends them to the run's record; the mirror writes them with
+`MlflowClient.log_inputs` (`log`), which MLflow keeps once per (run, name, digest): a replay writes no second input.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import json
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 TRAINING, HELDOUT, PROBE = "training", "heldout", "probe"
@@ -74,117 +75,32 @@ def _source_uri(source: str) -> str:
     return source if "://" in source else os.path.abspath(os.path.expanduser(source))
 
 
-def _size(path: str, listed: Optional[int]) -> Optional[int]:
-    if listed is not None:
-        return int(listed)
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return None
+@dataclass(frozen=True)
+class VideoSet:
+    """One dataset input as plain values: its context (training, heldout, probe), name, source (a path or URI)
+    and index rows."""
+
+    context: str
+    name: str
+    source: str
+    rows: Sequence[Row]
 
 
-def _name(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[-1]
-
-
-def _given(spec: Any) -> Tuple[str, str]:
-    """(dataset name, source) of a config's video spec: a path or URI as it is (its last part names it); a list
-    by its first video's folder."""
-    if isinstance(spec, str):
-        return _name(spec) or spec, spec
-    first = str(list(spec)[0])
-    folder = first.rsplit("/", 1)[0] if "/" in first else "."
-    return f"{_name(folder)} ({len(list(spec))} videos)", folder
-
-
-def video_rows(videos: Sequence[Any]) -> List[Row]:
-    """The index rows of probed videos (`data.videos.listing.VideoInfo`: a stream's videos)."""
-    rows = []
-    for v in videos:
-        uri = v.source.uri if v.source is not None else v.path
-        rows.append((_name(uri), _size(v.path, v.source.size if v.source is not None else None), int(v.num_frames),
-                     uri))
-    return rows
-
-
-def listed_rows(spec: Any, key: str) -> List[Row]:
-    """The index rows of the videos `spec` lists, frame counts from their directory's `raystream-index.json`
-    (None where none is recorded): nothing is opened or downloaded."""
-    from raystream.data.videos.index import read_index  # lazy: the data package (decoders) for a run only
-    from raystream.data.videos.listing import resolve_videos  # lazy: as above
-
-    entries = resolve_videos(spec, key)
-    indexes: Dict[str, Dict[str, dict]] = {}
-    rows = []
-    for e in entries:
-        folder = e.path.rsplit("/", 1)[0] if "://" in e.path else os.path.dirname(os.path.abspath(e.path))
-        if folder not in indexes:
-            try:
-                indexes[folder] = read_index(folder, key)
-            except Exception:  # an unreadable index: the frame counts stay unknown, the run is not held up
-                indexes[folder] = {}
-        frames = indexes[folder].get(_name(e.path), {}).get("num_frames")
-        rows.append((_name(e.path), _size(e.path, e.source.size if e.source is not None else None),
-                     int(frames) if frames is not None else None, e.path))
-    return rows
-
-
-def probe_rows(dataset_spec: str) -> List[Row]:
-    """The rows of a probe set (`eval.dataset`): each sample's name, size and class, train samples first."""
-    from raystream.eval.labelled_videos import labelled_entries  # lazy: the eval package (torch, PIL)
-    from raystream.eval.probe_sets import list_probe_set  # lazy: as above
-
-    listing = list_probe_set(dataset_spec)
-    if listing is not None:
-        samples = [(s.path, s.source.size if s.source is not None else None, int(s.label))
-                   for s in [*listing.train, *listing.test]]
-    else:
-        samples = [(e.path, e.source.size if e.source is not None else None, e.label)
-                   for e in labelled_entries(dataset_spec)]
-    return [(_name(p), _size(p, size), label, p) for p, size, label in samples]
-
-
-def input_events(cfg, run_id: str, training_videos: Sequence[Any], needs: Iterable[str]) -> List[Dict[str, Any]]:
-    """The record's `input` events of a run: its training videos (`training_videos`: the stream's probed videos),
-    held-out videos (when its scenario evaluates on them: `needs` holds `heldout`) and probe set (`eval.dataset`,
-    when set). A set that cannot be listed is said on stderr and left out: the inputs never stop a run."""
-    from raystream.data.demo.videos import demo_dir, ensure_demo_videos  # lazy: the data package, for a run only
+def input_events(run_id: str, sets: Iterable[VideoSet]) -> List[Dict[str, Any]]:
+    """The record's `input` events of a run, one per set. A set MLflow cannot describe is said on stderr and left
+    out: the inputs never stop a run."""
     from raystream.tracking import events  # lazy: events imports nothing heavy, but keeps this module's top light
 
-    def training() -> Dict[str, Any]:
-        if cfg.data.videos is not None:
-            name, source = _given(cfg.data.videos)
-        else:
-            name, source = f"demo-{cfg.data.demo.kind}", str(demo_dir(cfg.data.demo, False))
-        return dataset(name, source, video_rows(training_videos), TRAINING)
-
-    def heldout() -> Optional[Dict[str, Any]]:
-        if cfg.data.heldout_videos is not None:
-            name, source = _given(cfg.data.heldout_videos)
-            return dataset(name, source, listed_rows(cfg.data.heldout_videos, "data.heldout_videos"), HELDOUT)
-        if cfg.data.videos is not None or "heldout" not in set(needs):
-            return None
-        videos = [str(p) for p in ensure_demo_videos(cfg.data.demo, heldout=True)]  # the workers' too: made once
-        return dataset(f"demo-{cfg.data.demo.kind}-heldout", str(demo_dir(cfg.data.demo, True)),
-                       listed_rows(videos, "data.heldout_videos"), HELDOUT)
-
-    def probe() -> Optional[Dict[str, Any]]:
-        if cfg.eval.dataset is None:
-            return None
-        spec = str(cfg.eval.dataset)
-        return dataset(_name(spec) or spec, spec, probe_rows(spec), PROBE)
-
     out = []
-    for context, make in ((TRAINING, training), (HELDOUT, heldout), (PROBE, probe)):
+    for one in sets:
         try:
-            fields = make()
-        except Exception as exc:  # a listing that fails here fails the run later, where it is read, with its name
-            print(f"raystream: WARNING: the {context} videos are not logged as an MLflow dataset input "
+            fields = dataset(one.name, one.source, list(one.rows), one.context)
+        except Exception as exc:
+            print(f"raystream: WARNING: the {one.context} videos are not logged as an MLflow dataset input "
                   f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})", file=sys.stderr,
                   flush=True)
             continue
-        if fields is not None:
-            out.append(events.dataset_input(run_id, context, fields))
+        out.append(events.dataset_input(run_id, one.context, fields))
     return out
 
 

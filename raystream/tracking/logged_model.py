@@ -13,16 +13,15 @@ alias `s<seed>`), which `scenario.backbone.init=models:/raystream-table1-start@s
 Through the run's record (`events.model`, appended by the driver at the run's end; `run_end`): `log` writes one
 model event, idempotently. A LoggedModel of the run with this name and step that MLflow already holds READY is not
 written again; one left PENDING by a replay cut short is completed (its files uploaded again, the metrics it lacks
-added); a registered version of the model is not made twice, and the alias is set again. The model is written
-from the checkpoint's files (`model.pt` read as tensors, `mmap`): no process builds the model to log it.
+added); a registered version of the model is not made twice, and the alias is set again. The model's files are
+made by the train layer (train/model_files.py, installed with `write_models_with`) from the checkpoint's files: no
+process builds the model to log it. MLflow's errors are told apart by their error code (`error_code`), not by
+their message text.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
-import shutil
 import tempfile
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
@@ -33,6 +32,33 @@ CHECKPOINT_TAG = "raystream.checkpoint"  # on the LoggedModel: the checkpoint di
 MODEL_TYPE = "raystream"
 START_MODEL = "raystream-table1-start"  # the registered model of `raystream pretrain-start`'s starts
 LINKED_PREFIXES = ("eval/", "drift/")  # the run's metrics linked to its models
+# MLflow's error codes (`MlflowException.error_code`, the protocol's ErrorCode names) for "no such object" and
+# "already there": the store's answer, not its message text, tells them apart
+NOT_FOUND = ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND")
+ALREADY_EXISTS = ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS")
+
+
+def error_code(exc: BaseException) -> str:
+    """The MLflow error code of `exc` (an MlflowException's `error_code`, e.g. RESOURCE_DOES_NOT_EXIST), or ''."""
+    return str(getattr(exc, "error_code", "") or "")
+
+
+ModelWriter = Callable[[Dict[str, Any], str], None]  # (model event, directory to make)
+_WRITERS: List[ModelWriter] = []
+
+
+def write_models_with(writer: ModelWriter) -> None:
+    """How the files of a `model` event are made: the MLflow PyTorch model directory of its checkpoint, which needs
+    the models package (tracking imports none): the train layer's `train.model_files.write_model`, installed when
+    raystream.train is imported."""
+    _WRITERS[:] = [writer]
+
+
+def _writer() -> ModelWriter:
+    if not _WRITERS:
+        raise RuntimeError("no writer of LoggedModel files is installed: import raystream.train first "
+                           "(raystream/train/model_files.py installs it)")
+    return _WRITERS[0]
 
 
 def start_alias(seed: int) -> str:
@@ -89,7 +115,7 @@ def log(client, event: Dict[str, Any], attempt: Callable) -> str:
         model_id = found.model_id
         found = attempt(lambda: client.get_logged_model(model_id), "read logged model")  # with its metrics
         with tempfile.TemporaryDirectory(prefix="raystream-model-") as d:
-            _write_model(event, os.path.join(d, "model"))
+            _writer()(event, os.path.join(d, "model"))
             attempt(lambda: client.log_model_artifacts(model_id, os.path.join(d, "model")), "log model files")
         have = {(m.key, m.step) for m in (found.metrics or [])}
         todo = [Metric(m["key"], float(m["value"]), int(m["timestamp"]), int(m["step"]), model_id=model_id)
@@ -114,65 +140,20 @@ def _existing(client, experiment_id: str, run_id: str, name: str, step: int, att
     return ours[0] if ours else None
 
 
-def _write_model(event: Dict[str, Any], path: str) -> None:
-    """The MLflow PyTorch model directory of the event's checkpoint at `path` (MLflow's own `save_model`), with the
-    checkpoint's meta.json and the run's config beside it under `raystream/`."""
-    import mlflow.pytorch  # lazy: MLflow's PyTorch flavour (torch)
-    import torch  # lazy: the mirror's other events need no torch (the CLI loads this module)
-    import yaml  # lazy: as above
-
-    from raystream.models.saved import Saved  # lazy: the models package (torch)
-    from raystream.uris import download, filesystem_at  # lazy: pyarrow
-
-    with tempfile.TemporaryDirectory(prefix="raystream-checkpoint-") as d:
-        fs, where = filesystem_at(event["checkpoint"].rstrip("/"))
-        for name in ("model.pt", "meta.json"):
-            download(fs, f"{where}/{name}", os.path.join(d, name))
-        state = torch.load(os.path.join(d, "model.pt"), map_location="cpu", weights_only=True, mmap=True)
-        quiet = logging.getLogger("mlflow.pytorch")
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)  # MLflow's note on pickles: this one unpickles to raystream's own builder
-        try:
-            mlflow.pytorch.save_model(Saved(event["config"], state), path, serialization_format="pickle",
-                                      pip_requirements=_requirements(), metadata={"raystream_step": event["step"]})
-        finally:
-            quiet.setLevel(level)
-        extra = os.path.join(path, "raystream")
-        os.makedirs(extra)
-        os.replace(os.path.join(d, "meta.json"), os.path.join(extra, "meta.json"))
-    with open(os.path.join(extra, "config.yaml"), "w") as f:
-        yaml.safe_dump(event["config"], f, sort_keys=False)
-    with open(os.path.join(extra, "metrics.json"), "w") as f:
-        json.dump(event["metrics"], f, indent=1)
-
-
-def _requirements() -> List[str]:
-    from importlib.metadata import PackageNotFoundError, version  # lazy: only when a model is written
-
-    import torch  # lazy: as above
-
-    out = [f"torch=={torch.__version__.split('+')[0]}"]
-    try:
-        out.append(f"raystream=={version('raystream')}")
-    except PackageNotFoundError:
-        out.append("raystream")
-    return out
-
-
 def register(client, model_id: str, run_id: str, name: str, alias: str, attempt) -> str:
     """Model `model_id` as a version of registered model `name` (created when missing; one version per model),
     with `alias` pointing at it. The version number."""
     try:
         attempt(lambda: client.get_registered_model(name), "read registered model")
     except Exception as exc:
-        if "RESOURCE_DOES_NOT_EXIST" not in str(exc) and "not found" not in str(exc).lower():
+        if error_code(exc) not in NOT_FOUND:
             raise
         try:
             attempt(lambda: client.create_registered_model(
                 name, description="raystream pretrain-start: the starts of Table 1 in miniature, one version per "
                                   "seed (alias s<seed>)"), "create registered model")
         except Exception as again:  # another process made it first
-            if "RESOURCE_ALREADY_EXISTS" not in str(again) and "already exists" not in str(again).lower():
+            if error_code(again) not in ALREADY_EXISTS:
                 raise
     # the source is the model's own location: a `models:/` source is looked up in the process's default store
     location = attempt(lambda: client.get_logged_model(model_id), "read logged model").artifact_location
@@ -185,49 +166,3 @@ def register(client, model_id: str, run_id: str, name: str, alias: str, attempt)
                                                               model_id=model_id), "register model version").version
     attempt(lambda: client.set_registered_model_alias(name, alias, str(version)), "set model alias")
     return str(version)
-
-
-EVAL_RUN = "run"  # in a model's cache directory: the model as a run directory `raystream eval` reads
-
-
-def as_run_dir(uri: str, tracking_uri: Optional[str] = None) -> str:
-    """A raystream LoggedModel (`models:/...`, fetched by `registry.resolve`) as a local run directory that
-    `raystream eval` takes: one checkpoint (`checkpoint_<step>/model.pt`, the model's tensors, and `meta.json`) and
-    `raystream_run.json` naming the run that logged the model (the evaluation's metrics go there), the tracking
-    server and the run's config; made once, in the node's cache beside the model's files."""
-    import torch  # lazy: only `raystream eval models:/...` writes a checkpoint here
-    import yaml  # lazy: as above
-
-    from raystream.models.checkpoint import load_state_dict_file  # lazy: the models package (torch)
-    from raystream.tracking import registry  # lazy: as above (registry reaches MLflow)
-    from raystream.tracking.store import client  # lazy: MLflow
-
-    where = tracking_uri or registry.current_uri()
-    model_file = registry.resolve(uri, where)
-    home = model_file.parent.parent
-    run_dir = home / EVAL_RUN
-    if (run_dir / "raystream_run.json").is_file():
-        return str(run_dir)
-    meta = json.loads((home / "raystream" / "meta.json").read_text())
-    with open(home / "raystream" / "config.yaml") as f:
-        config = yaml.safe_load(f)
-    source = client(where).get_logged_model(home.name).source_run_id
-    tmp = tempfile.mkdtemp(prefix=".run.", dir=home)
-    try:
-        ckpt = os.path.join(tmp, f"checkpoint_{int(meta['next_step']) - 1:08d}")
-        os.makedirs(ckpt)
-        torch.save(load_state_dict_file(model_file), os.path.join(ckpt, "model.pt"))
-        meta["file_sizes"] = {"model.pt": os.path.getsize(os.path.join(ckpt, "model.pt"))}
-        with open(os.path.join(ckpt, "meta.json"), "w") as f:
-            json.dump(meta, f)
-        with open(os.path.join(tmp, "raystream_run.json"), "w") as f:
-            json.dump({"mlflow_run_id": source, "tracking_uri": where,
-                       "run_name": str(config.get("trainer", {}).get("run_name") or home.name), "config": config}, f)
-        try:
-            os.rename(tmp, run_dir)
-        except OSError:  # another process made it first
-            if not (run_dir / "raystream_run.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return str(run_dir)

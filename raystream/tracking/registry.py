@@ -2,16 +2,16 @@
 the tracking server.
 
 `resolve(uri)` asks MLflow which LoggedModel the URI names (`models:/<model_id>`, `models:/<name>@<alias>`,
-`models:/<name>/<version>`; registry and tracking at the same URI), then fetches the model's files once into this
-node's cache (`$RAYSTREAM_CACHE_DIR/models/<model_id>`, else `~/.cache/raystream/models/<model_id>`; written under a
-temporary name and renamed into place, so two workers of a node never read half a download) and returns its
-`data/model.pth` (a raystream model saved by `tracking/logged_model.py`, read as a state dict by
-`models.checkpoint`, which calls `resolve` for a `models:/` init).
+`models:/<name>/<version>`; registry and tracking at the same URI), then fetches the model's files once into the
+node's cache the caller names (`<cache>/<model_id>`; train/model_uri.py passes `<cache root>/models`; written under
+a temporary name and renamed into place, so two workers of a node never read half a download) and returns its
+`data/model.pth` (a raystream model saved by `tracking/logged_model.py`; train hands the models package that local
+file for a `models:/` init, which `models.checkpoint` reads as a state dict).
 
 Which tracking server: the one `use(uri)` named in this process (the driver's run and each worker set the run's),
 else `MLFLOW_TRACKING_URI` or the embedded default (`store.tracking_uri`). A URI that names no model, alias or
 version, or a server that does not answer, is a ModelUriError naming the URI and the server, raised at once (no
-minutes of HTTP retries): `models.checkpoint` makes it a CheckpointError, the driver's check before Ray starts a
+minutes of HTTP retries): train/model_uri.py makes it a CheckpointError, the driver's check before Ray starts a
 ConfigError.
 """
 
@@ -25,10 +25,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional, Tuple
 
+from raystream.tracking.logged_model import NOT_FOUND, error_code
+
 
 SCHEME = "models"
 MODEL_FILE = os.path.join("data", "model.pth")  # MLflow's PyTorch flavour: the pickled module (models/saved.py)
 _USED: Optional[str] = None
+# the store answered that the URI names nothing: no such model or version (RESOURCE_DOES_NOT_EXIST), or no such
+# alias (MLflow 3 answers INVALID_PARAMETER_VALUE for an alias a registered model lacks)
+NO_SUCH_MODEL = (*NOT_FOUND, "INVALID_PARAMETER_VALUE")
 
 
 class ModelUriError(ValueError):
@@ -45,10 +50,6 @@ def current_uri() -> str:
     from raystream.tracking.store import tracking_uri  # lazy: store reads the config module's defaults
 
     return _USED or tracking_uri()
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("RAYSTREAM_CACHE_DIR") or os.path.expanduser("~/.cache/raystream")) / "models"
 
 
 def model_id_of(uri: str, tracking_uri: Optional[str] = None) -> Tuple[str, str]:
@@ -92,19 +93,20 @@ def _of_version(version, uri: str) -> str:
 
 def _why(exc: BaseException, where: str) -> str:
     text = " ".join(str(exc).split())
-    if "RESOURCE_DOES_NOT_EXIST" in text or "not found" in text.lower() or "does not exist" in text.lower():
+    if error_code(exc) in NO_SUCH_MODEL:  # the store's error code, not its message text
         return f"no such model, alias or version in the MLflow registry at {where} ({text[:300]})"
     return (f"the MLflow tracking server at {where} did not answer ({type(exc).__name__}: {text[:300]}); "
             "check that it runs and that mlflow.tracking_uri or $MLFLOW_TRACKING_URI names it")
 
 
-def resolve(uri: str, tracking_uri: Optional[str] = None) -> Path:
-    """The local `data/model.pth` of the model `uri` names, fetched into this node's cache on first use."""
+def resolve(uri: str, cache: Path, tracking_uri: Optional[str] = None) -> Path:
+    """The local `data/model.pth` of the model `uri` names, fetched into `cache` (the node's cache of models, which
+    the caller names: train/model_uri.py) on first use."""
     from raystream.tracking.store import client, failing_fast  # lazy: MLflow
 
     where = tracking_uri or current_uri()
     model_id, _ = model_id_of(uri, where)
-    final = cache_dir() / model_id
+    final = Path(cache) / model_id
     if (final / MODEL_FILE).is_file():
         return final / MODEL_FILE
     final.parent.mkdir(parents=True, exist_ok=True)

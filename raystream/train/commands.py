@@ -17,7 +17,7 @@ from raystream.tracking import names
 from raystream.tracking.store import tracking_uri
 from raystream.train import storage as results
 from raystream.train.divergence import DivergedError
-from raystream.train.run import TrackingUnavailable, default_run_name, fit
+from raystream.train.run import RunOptions, TrackingUnavailable, default_run_name, fit
 
 
 def resume_command(name: str, overrides: Optional[Sequence[str]]) -> str:
@@ -59,7 +59,7 @@ def main(cfg: DictConfig, overrides: Optional[Sequence[str]] = None, step_hooks:
     name = cfg.trainer.run_name or default_run_name(cfg)
     print(f"raystream train: run {name} in {results.uri(cfg.trainer.storage_path)}/{name}", flush=True)
     try:
-        final = fit(cfg, run_name=name, step_hooks=step_hooks)
+        final = fit(cfg, run_name=name, options=RunOptions(step_hooks=step_hooks))
     except (Exception, KeyboardInterrupt) as exc:
         return said_why_it_ended("raystream train", exc, resume_command(name, overrides))
     shown = {k: v for k, v in final.items() if k.startswith(names.EVAL_PREFIX) or k == names.LOSS}

@@ -49,6 +49,7 @@ from raystream.optim.projection import cosine
 from raystream.tracking.names import (CORRELATION_SEQUENTIAL as SEQUENTIAL, CORRELATION_SEQUENTIAL_RAW as
                                       SEQUENTIAL_RAW, CORRELATION_SHUFFLED as SHUFFLED, CORRELATION_SHUFFLED_RAW as
                                       SHUFFLED_RAW)
+from raystream.train.model_uri import fetched
 from raystream.train.step import autocast_for
 
 # Gradients rank 0 may hold to take each one once: one pair per order (trainer.correlation_steps 1, as the CPU
@@ -339,7 +340,7 @@ def measure(cfg, *, steps: int = 8, checkpoint: Optional[str] = None, device: Op
         scenario_cfg = OmegaConf.merge(scenario_cfg, {"backbone": {"init": str(checkpoint)}})
     base = build_stream(cfg.data, cfg.stream)  # probes the videos once; never iterated
     try:
-        model = build_scenario(scenario_cfg, cfg.stream, seed=int(cfg.trainer.seed)).model.to(target)
+        model = build_scenario(fetched(scenario_cfg), cfg.stream, seed=int(cfg.trainer.seed)).model.to(target)
         return measure_model(model, cfg, base, steps=steps, device=target, micro_batch=micro_batch,
                              weights=str(checkpoint) if checkpoint is not None else None)
     finally:

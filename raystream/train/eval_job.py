@@ -47,6 +47,7 @@ from raystream.train.capacity import cluster_capacity
 from raystream.train.checkpoint import MODEL_FILE
 from raystream.train.eval_target import EvalTarget, features_uri, instead, resolve, run_config
 from raystream.train.evaluator import Evaluator, StoredFeatures
+from raystream.train.model_uri import fetched
 from raystream.train.worker import typed_config
 from raystream.train.preflight import check_local_cpus, check_resources
 from raystream.train.ray_start import start_ray
@@ -80,7 +81,7 @@ def check_model_fits(cfg, target: EvalTarget) -> None:
                           f"{str(exc).splitlines()[0] if str(exc) else ''}); "
                           f"{instead(fs, path.rsplit('/', 1)[0], path, scheme)}") from None
     with torch.device("meta"):
-        model = build_scenario(cfg.scenario, cfg.stream, int(cfg.trainer.seed)).model
+        model = build_scenario(fetched(cfg.scenario), cfg.stream, int(cfg.trainer.seed)).model
     try:
         _check_fit(model, state, target.checkpoint, f"scenario {cfg.scenario.name}'s model")
     except CheckpointError as exc:
@@ -98,7 +99,7 @@ def what_runs(cfg) -> str:
     """The evaluations the job runs, in words: the probes of `eval.metrics` for a scenario whose features are
     probed, the held-out pixel error for one that predicts pixels (the scenario's `needs`)."""
     with torch.device("meta"):
-        needs = build_scenario(cfg.scenario, cfg.stream, int(cfg.trainer.seed)).needs
+        needs = build_scenario(fetched(cfg.scenario), cfg.stream, int(cfg.trainer.seed)).needs
     done = []
     if "probe" in needs:
         metrics = [str(m) for m in cfg.eval.metrics]
@@ -127,7 +128,7 @@ def eval_loop_per_worker(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     torch.set_num_threads(max(1, int(cfg.trainer.cpus_per_worker)))
     rank = ray.train.get_context().get_world_rank()
     device = ray.train.torch.get_device()
-    scenario = build_scenario(cfg.scenario, cfg.stream, seed=int(cfg.trainer.seed))
+    scenario = build_scenario(fetched(cfg.scenario), cfg.stream, seed=int(cfg.trainer.seed))
     scenario.model.load_state_dict(read_model_state(job["checkpoint"]))
     scenario.model.to(device)
     cache = StoredFeatures(job["features"], rank)

@@ -30,9 +30,9 @@ from omegaconf.errors import OmegaConfBaseException
 from raystream.config import ConfigError, RunConfig, check, compose, flatten
 from raystream.models.checkpoint import is_model_uri
 from raystream.tracking import events, names
-from raystream.tracking.logged_model import as_run_dir
 from raystream.tracking.registry import ModelUriError
 from raystream.train import checkpoint as ckpt_files
+from raystream.train.model_uri import as_run_dir
 from raystream.train.run import RUN_INFO_FILE
 from raystream.uris import UriError, filesystem_at, first_line, is_uri, read_file, uri_of
 
@@ -104,7 +104,7 @@ def instead(fs, run_path: str, bad: str, scheme: Optional[str]) -> str:
 def resolve(target: str) -> EvalTarget:
     """The checkpoint `target` names (module docstring); ConfigError when there is none to evaluate. A LoggedModel
     (`models:/<model_id>`, `models:/<name>@<alias>`, at $MLFLOW_TRACKING_URI) is evaluated as the run directory
-    `tracking.logged_model.as_run_dir` makes of it in the node's cache, its metrics going to the run that logged it."""
+    `train.model_uri.as_run_dir` makes of it in the node's cache, its metrics going to the run that logged it."""
     text = str(target).strip()
     if is_model_uri(text):
         try:

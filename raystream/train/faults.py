@@ -1,10 +1,10 @@
 """Faults a test injects into a run from outside its step: a `Faults` object handed to
-`fit(cfg, step_hooks=Faults(...))` (or `commands.main`, `eval_job.run`), pickled to the workers, where it wraps the
-batches before they reach the loop (`around_steps`) and delays the evaluations (`eval_delay_s`). The training code
-reads no environment for them: `raystream train` / `raystream eval` (raystream/cli.py) translate the documented
-environment variables below into a `Faults` (`from_env`), so `RAYSTREAM_FAIL_AT_STEP=1 raystream train ...` (the
-rehearsal, docs/paper-scale.md) keeps working. How a run handles the signals that stop it is
-`raystream.train.signals`.
+`fit(cfg, options=RunOptions(step_hooks=Faults(...)))` (or `commands.main`, `eval_job.run`), pickled to the
+workers, where it wraps the batches before they reach the loop (`around_steps`) and delays the evaluations
+(`eval_delay_s`). The training code reads no environment for them: `raystream train` / `raystream eval`
+(raystream/cli.py) translate the documented environment variables below into a `Faults` (`from_env`), so
+`RAYSTREAM_FAIL_AT_STEP=1 raystream train ...` (the rehearsal, docs/paper-scale.md) keeps working. How a run
+handles the signals that stop it is `raystream.train.signals`.
 
     fail_at_step=k        RAYSTREAM_FAIL_AT_STEP=k: the worker of rank `fail_rank` (RAYSTREAM_FAIL_RANK, default 0)
                           raises FaultInjected just before training step k, once per run: a marker file records
@@ -86,7 +86,8 @@ def with_marker(hooks: Dict[str, Any], run_dir_local: Optional[str], run_name: s
 
 
 class Faults:
-    """The hooks of one run, injected from outside its step: `fit(cfg, step_hooks=Faults(fail_at_step=2))`.
+    """The hooks of one run, injected from outside its step:
+    `fit(cfg, options=RunOptions(step_hooks=Faults(fail_at_step=2)))`.
     Picklable (plain settings, the keys of the module docstring); `fit` places the failure's marker for the run
     (`for_run`), the workers wrap their batches with `around_steps` and delay each evaluation by `eval_delay_s`.
     Another hook object works the same way where it has these three."""

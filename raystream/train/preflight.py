@@ -25,13 +25,13 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from omegaconf import OmegaConf
-
 from raystream.config import ConfigError
 from raystream.data import DataError, build_stream
+from raystream.data.named import given_videos, heldout_videos, uses_demo
 from raystream.data.videos.listing import resolve_videos
 from raystream.models.checkpoint import CheckpointError, is_model_uri
 from raystream.models.scenario import Scenario, check_init
+from raystream.train.model_uri import fetched
 from raystream.uris import is_uri
 
 
@@ -85,10 +85,10 @@ def raise_together(problems: List[str], what: str) -> None:
 def _check_videos(cfg, key: str) -> None:
     """The videos `key` names are listed and, on this node, there (unless `data.on_bad_video=skip` may leave
     missing ones out); opening them is `stream_plan`'s."""
-    spec = OmegaConf.select(cfg, key)
-    if spec is None:
+    given = {videos.key: videos for videos in given_videos(cfg.data)}  # the demo's are made, not checked
+    if key not in given:
         return
-    entries = resolve_videos(spec, key)
+    entries = resolve_videos(given[key].spec, key)
     missing = [e.path for e in entries if not is_uri(e.path) and not os.path.isfile(e.path)]
     if missing and (str(cfg.data.on_bad_video) != "skip" or len(missing) == len(entries)):
         raise DataError(f"`{key}`: {len(missing)} of {len(entries)} videos not found: "
@@ -98,7 +98,7 @@ def _check_videos(cfg, key: str) -> None:
 def check_evaluation_data(cfg) -> None:
     """A run on its own videos (`data.videos` set) has no demo probe or held-out set: the scenario's evaluation
     needs `eval.dataset` (probes) or `data.heldout_videos` (held-out pixel error), known here and not after training."""
-    if cfg.data.videos is None:
+    if uses_demo(cfg.data):
         return
     needs = scenario_needs(str(cfg.scenario.name))
     if "probe" in needs and cfg.eval.dataset is None:
@@ -106,7 +106,7 @@ def check_evaluation_data(cfg) -> None:
             f"config key `eval.dataset` = None with your own videos (`data.videos` = {cfg.data.videos!r}): scenario "
             f"`{cfg.scenario.name}` is evaluated by probes, which need a labelled set: a folder of class "
             "sub-folders, or a CSV manifest with path,label")
-    if "heldout" in needs and cfg.data.heldout_videos is None:
+    if "heldout" in needs and heldout_videos(cfg.data, demo=False) is None:
         raise ConfigError(
             f"config key `data.heldout_videos` = None with your own videos (`data.videos` = {cfg.data.videos!r}): "
             f"scenario `{cfg.scenario.name}` is evaluated out of stream, on held-out videos (a list, directory or "
@@ -125,7 +125,7 @@ def check_backbone_init(cfg, say: bool = True) -> Optional[str]:
 
         registry.use(tracking_uri(cfg))
     try:
-        line = check_init(cfg.scenario, cfg.stream, int(cfg.trainer.seed))
+        line = check_init(fetched(cfg.scenario), cfg.stream, int(cfg.trainer.seed))
     except CheckpointError as exc:
         start = Path(os.path.expanduser(str(cfg.scenario.backbone.init)))
         hint = ""

@@ -36,7 +36,7 @@ from raystream.data.demo.probe_images import ensure_generated_probe, is_generate
 from raystream.train.preflight import check_inputs
 from raystream.train.commands import said_why_it_ended
 from raystream.train import checkpoint as ckpt_files
-from raystream.train.run import fit, run_end
+from raystream.train.run import RunOptions, fit, run_end
 
 EXPERIMENT = "table1_start"
 RECORD = "start.json"
@@ -84,7 +84,7 @@ def ensure_start(cfg: DictConfig) -> Dict[str, Any]:
     if (where / RECORD).is_file():  # made with another config: train afresh rather than resume it
         shutil.rmtree(where)
     check_inputs(cfg)  # as `raystream train`: the store, videos, probe set and start, together, before Ray starts
-    final = fit(cfg, register=registration(cfg))
+    final = fit(cfg, options=RunOptions(register=registration(cfg)))
     record = {"path": str(where), "config_hash": config_hash(cfg), "steps": final.get("steps_done"),
               "mlflow_run_id": final.get("mlflow_run_id"), "registered": registered_uri(cfg),
               "metrics": {k: v for k, v in final.items() if k.startswith("eval/") and isinstance(v, (int, float))}}
@@ -113,7 +113,7 @@ def _register_cached(cfg: DictConfig, found: Dict[str, Any]) -> Dict[str, Any]:
     if latest is None:
         return found
     record = events.path_in(str(where))
-    models = [e for e in run_end(cfg, run_id, latest[0], False, record=record, register=registration(cfg))
+    models = [e for e in run_end(cfg, run_id, latest[0], record=record, register=registration(cfg))
               if e["kind"] == "model"]
     out = events.Record(record)
     out.append(models)

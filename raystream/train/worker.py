@@ -25,6 +25,7 @@ from raystream.models.vit import compile_blocks, compile_wanted
 from raystream.optim import GradCosineTracker, build_optimizer, param_groups
 from raystream.schedule import Schedules
 from raystream.train.drift import Drift
+from raystream.train.model_uri import fetched
 from raystream.train.step import autocast_for
 
 
@@ -90,7 +91,7 @@ class Worker:
         seed_everything(tcfg.seed)
         total = int(run["total_steps"])
 
-        scenario = build_scenario(cfg.scenario, cfg.stream, seed=tcfg.seed)
+        scenario = build_scenario(fetched(cfg.scenario), cfg.stream, seed=tcfg.seed)  # a models:/ start: local
         scenario.set_total_steps(total)  # schedules inside the scenario (DoRA's teacher momentum)
         # uint8 until the device, copied ahead of the step (pinned memory and a side stream on CUDA)
         stream = DeviceStream(build_stream(cfg.data, cfg.stream, rank=rank, world_size=world), device)

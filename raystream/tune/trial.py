@@ -19,7 +19,7 @@ from raystream.tracking.names import (CELL_TAG, ERROR_TAG, GRID_TAG_PREFIX, ROLE
                                       SWEEP_TAG, TRIAL_TAG)
 from raystream.tracking.store import client as mlflow_client
 from raystream.tracking.store import failing_fast, retry, tracking_uri, wait_for_store
-from raystream.train.run import TrackingUnavailable
+from raystream.train.run import RunOptions, TrackingUnavailable
 from raystream.tune import console
 from raystream.tune.release import RecordPlacementGroup
 from raystream.tune.searcher import CELL_KEY
@@ -51,7 +51,7 @@ def trial_main(config: Dict[str, Any], cells: List[Dict[str, Any]], info: Dict[s
         # not read again by every trial, unless the trial's sampled values change the model.
         checked = info["init_lines"][cell]
         reshapes = any(k.split(".")[0] in ("scenario", "stream") for k in sampled)
-        extra = {"init_checked": checked} if checked is not None and not reshapes else {}
+        extra = {"options": RunOptions(init_checked=checked)} if checked is not None and not reshapes else {}
         final = info["fit"](cfg, run_name=run_name, callbacks=callbacks, mlflow_parent_run_id=info["parent_run_id"],
                             mlflow_tags=tags, **extra)
     except TrackingUnavailable as exc:  # trained to the end: its run stays RUNNING until the sweep's upload

@@ -89,7 +89,7 @@ def test_rehearsal(ray_cluster, workdir, experiment):
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "models"))
     from raystream.train.faults import Faults
-    from raystream.train.run import fit
+    from raystream.train.run import RunOptions, fit
 
     checkpoint_dir = workdir / f"start-{experiment}"
     checkpoint_dir.mkdir()
@@ -107,7 +107,7 @@ def test_rehearsal(ray_cluster, workdir, experiment):
         for key in ("init", *changed):  # the start: a file, and the layout its format needs
             scenario["backbone"].pop(key)
     assert ours == paper  # the paper's model: backbone, heads, decoder, masks
-    final = fit(cfg, step_hooks=hooks)
+    final = fit(cfg, options=RunOptions(step_hooks=hooks))
 
     assert final["steps_done"] == 2
     if resumed:

@@ -27,7 +27,9 @@ from raystream.tracking import events, inputs, logged_model, mirror, registry, s
 from raystream.tracking.store import prepare_store
 from raystream.train import eval_target
 from raystream.train.eval_job import read_model_state
+from raystream.train.inputs import video_sets
 from raystream.train.preflight import check_backbone_init, stream_plan
+from raystream.train.resolved import videos_of
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +63,10 @@ def _run_with_inputs(store, cfg, path) -> str:
     """A run whose record holds its dataset inputs (as `fit` appends them), mirrored twice (a replay)."""
     uri, client = store
     run_id = start_run(client, experiment="native", uri=uri, run_name="r")
-    found = []
-    stream_plan(cfg, found)
+    videos = videos_of(cfg)  # as `fit` resolves them
+    stream_plan(cfg, videos.probed)
     record = events.Record(str(path))
-    record.append([events.opened(run_id, uri), *inputs.input_events(cfg, run_id, found, {"probe"})])
+    record.append([events.opened(run_id, uri), *inputs.input_events(run_id, video_sets(videos))])
     record.close()
     mirror.mirror_now(str(path))
     record.set_mirrored(0)  # a replay of the whole record

@@ -17,7 +17,7 @@ from raystream.train import eval_job
 from raystream.train.eval_target import resolve
 from raystream.train.evaluator import Evaluator
 from raystream.train.faults import Faults
-from raystream.train.run import fit
+from raystream.train.run import RunOptions, fit
 
 pytestmark = pytest.mark.slow
 PROBE = ["eval.metrics=[knn,linear]", "eval.max_probe_samples=24", "eval.batch_size=8"]
@@ -38,7 +38,8 @@ def trained(ray_cluster, tiny):
     too (kNN after step 2, eval.every=3, and after the last), every worker sleeping twice the collective time-out in
     each evaluation: `test_a_training_runs_own_long_evaluation_trips_nothing` checks that it ended."""
     return fit(tiny("trainer.num_workers=2", "trainer.max_steps=4", "eval.every=3", "trainer.correlation_steps=0",
-                    *LONG_PROBE), run_name="evaled", step_hooks=Faults(eval_delay_s=2 * TIMEOUT_S))
+                    *LONG_PROBE), run_name="evaled",
+               options=RunOptions(step_hooks=Faults(eval_delay_s=2 * TIMEOUT_S)))
 
 
 def evaluate(cfg, target: str, step_hooks=None):

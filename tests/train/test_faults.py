@@ -70,9 +70,9 @@ def test_no_hooks_without_env(monkeypatch):
 
 
 def test_faults_wrap_the_batches_from_outside_the_step(tmp_path):
-    """A `Faults` (what a test hands to `fit(step_hooks=...)`) survives pickling to a worker, places its marker in
-    the run directory, and wraps the batches: the failure fires before step 1 once, the next pass goes through;
-    without settings the batches are not wrapped at all."""
+    """A `Faults` (what a test hands to `fit(options=RunOptions(step_hooks=...))`) survives pickling to a worker,
+    places its marker in the run directory, and wraps the batches: the failure fires before step 1 once, the next
+    pass goes through; without settings the batches are not wrapped at all."""
     import pickle
     from types import SimpleNamespace
 

@@ -24,7 +24,7 @@ from raystream.config import ConfigError
 from raystream.tracking import client as make_client
 from raystream.train import checkpoint
 from raystream.train.faults import Faults
-from raystream.train.run import fit
+from raystream.train.run import RunOptions, fit
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,8 @@ def steps_logged(workdir, run_id: str, key: str = "loss") -> list:
 
 @pytest.fixture(scope="module")
 def single(ray_cluster, tiny):
-    return fit(tiny("trainer.num_workers=1"), run_name="single", step_hooks=Faults(fail_at_step=2, fail_rank=0))
+    return fit(tiny("trainer.num_workers=1"), run_name="single",
+               options=RunOptions(step_hooks=Faults(fail_at_step=2, fail_rank=0)))
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,8 @@ def ddp(ray_cluster, tiny):
     # samples several times however fast the machine is (a CI run once saw a single sample)
     cfg = tiny("trainer.num_workers=2", "eval.metrics=[knn]", "eval.every=3", "eval.max_probe_samples=40",
                "mlflow.system_metrics_interval_s=0.5")
-    return fit(cfg, run_name="ddp", mlflow_tags={"purpose": "test"}, step_hooks=Faults(step_delay_s=0.5))
+    return fit(cfg, run_name="ddp", mlflow_tags={"purpose": "test"},
+               options=RunOptions(step_hooks=Faults(step_delay_s=0.5)))
 
 
 def test_one_worker_with_a_restart_matches_two_uninterrupted_workers(single, ddp, tiny, workdir):
@@ -168,7 +170,7 @@ def test_a_run_starts_from_a_logged_model_and_registers_its_own(ddp, tiny, workd
         [client.get_run(ddp["mlflow_run_id"]).info.experiment_id],
         filter_string=f"source_run_id = '{ddp['mlflow_run_id']}'") if m.name == "ddp"]
     cfg = tiny("trainer.num_workers=1", "trainer.max_steps=2", f"scenario.backbone.init=models:/{final.model_id}")
-    got = fit(cfg, run_name="from_model", register={"name": "raystream-test-start", "alias": "s3"})
+    got = fit(cfg, run_name="from_model", options=RunOptions(register={"name": "raystream-test-start", "alias": "s3"}))
     assert final.model_id in client.get_run(got["mlflow_run_id"]).data.tags["raystream.init"]
     version = client.get_model_version_by_alias("raystream-test-start", "s3")
     assert version.run_id == got["mlflow_run_id"]

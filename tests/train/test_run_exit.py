@@ -25,6 +25,7 @@ from ray_env import RAY_TEST_ENV
 from raystream.tracking import client as make_client
 from raystream.tracking import events, mirror, names, start_run
 from raystream.train import commands, run
+from raystream.train.divergence import DivergedError
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,7 @@ def test_a_successful_resume_clears_the_earlier_error_and_the_record_keeps_it(st
     record = _trained(tmp_path / "run" / events.FILE_NAME, run_id, uri, 2)
     _stopped(record, uri, run_id, RuntimeError("first attempt died"))
     assert client.get_run(run_id).data.tags[names.TAG_ERROR] == "RuntimeError: first attempt died"
-    end = run.run_end(compose(["trainer.run_name=r"]), run_id, None, log_model=False)
+    end = run.run_end(compose(["trainer.run_name=r"]), run_id, None)
     run.finish_run(uri, run_id, record, end)
     got = client.get_run(run_id)
     assert got.info.status == "FINISHED" and names.TAG_ERROR not in got.data.tags
@@ -107,7 +108,7 @@ def test_a_successful_resume_clears_the_earlier_error_and_the_record_keeps_it(st
 @pytest.mark.parametrize("exc, code, said", [
     (run.Interrupted("run r interrupted by SIGTERM", "SIGTERM"), 143, "interrupted (SIGTERM); the MLflow run is "
                                                                       "marked KILLED. Resume from the last checkpoint"),
-    (run.DivergedError("loss is nan at step 3", 3), 1, "loss is nan at step 3; the MLflow run is marked FAILED"),
+    (DivergedError("loss is nan at step 3", 3), 1, "loss is nan at step 3; the MLflow run is marked FAILED"),
     (RuntimeError("a worker died"), 1, "training failed: RuntimeError: a worker died"),
 ])
 def test_a_run_that_ends_early_says_why_once_with_its_resume_command(command, exc, code, said, capsys):
@@ -116,7 +117,7 @@ def test_a_run_that_ends_early_says_why_once_with_its_resume_command(command, ex
     assert commands.said_why_it_ended(command, exc, f"{command} trainer.seed=1") == code
     err = capsys.readouterr().err
     assert err.startswith(f"{command}: ") and said in err and "Traceback" not in err
-    assert (f"{command} trainer.seed=1" in err) == (not isinstance(exc, run.DivergedError))
+    assert (f"{command} trainer.seed=1" in err) == (not isinstance(exc, DivergedError))
 
 
 def test_pretrain_start_interrupted_says_so_and_how_to_resume(tmp_path, monkeypatch, capsys):

@@ -6,8 +6,10 @@ decoder returns other frames than those asked for, with no error. Measured (test
 HEVC with open GOPs (x265's default) decord counts keyframes in decode order, not presentation order, so every seek
 past the first keyframe lands on the wrong frame; on MPEG-4 Part 2 with B-frames (DivX, Xvid: in AVI, packed or not,
 and with a decoder that returns frames in decode order) decord and torchcodec both do, and read frames in decode
-order (tests/data/decode/test_reordered.py). Frames whose order differs are found only past the first B-frame, so
-the checks look there (`checked_frames`), not only at a video's ends.
+order (tests/data/decode/test_reordered.py); on MPEG-2 with B-frames (tests/data/decode/test_mpeg2.py) decord puts
+keyframes at their place in decode order, or, on a transport stream with closed GOPs, indexes the file as the
+container does and reads every frame 13 late, a shift that only the frames give away. Frames whose order differs are
+found only past the first B-frame, so the checks look there (`checked_frames`), not only at a video's ends.
 
 `misread` compares a decoder with PyAV (pyav_reader.py): its index (frame count, keyframes, timestamps) with PyAV's
 frame table (one demuxing pass, no decoding), which indexes frame i as the i-th frame in presentation order, and

@@ -11,18 +11,42 @@ budget, and the lines and params that say so.
 
 from __future__ import annotations
 
+import copy
+import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from ray.tune.search import Searcher
 
+from raystream.config import ConfigError
+
 from raystream.tune import identity
 from raystream.tune.adaptive import SeedSearcher, comparison_of
 from raystream.tune.adaptive import summary_lines as comparison_lines
-from raystream.tune.budget import Ledger, budget_of, trial_resources
+from raystream.tune.budget import Ledger, budget_of, check_plan, plan_estimates, trial_resources
 from raystream.tune.budget_search import BudgetSearcher
 from raystream.tune.searcher import GridOptunaSearcher
 from raystream.tune.space import SweepPlan, optuna_space
 from raystream.config.sweep_study import seed_axis
+
+
+def budget_estimates(cfg, overrides: Sequence[str]) -> Optional[List[float]]:
+    """Before Ray starts, for a sweep with a budget: the plan's resource-hours of one trial of each cell, the budget
+    checked against them (ConfigError naming the key, the plan printed first, on stderr); None without a budget or
+    without a rate for the setting (said)."""
+    if budget_of(cfg.sweep, "GPU-hours") is None:
+        return None
+    from raystream.tune.plan import make_plan, text  # lazy: the plan reads the streams' lengths
+
+    # Per-trial estimates: the resources are not this machine's question here (a cluster may grow), so none limits.
+    p = make_plan("sweep", copy.deepcopy(cfg), overrides, gpus=10 ** 6, cpus=10.0 ** 6)
+    try:
+        note = check_plan(cfg.sweep, p.cells, samples=int(cfg.sweep.num_samples))
+    except ConfigError:
+        print(text(p), file=sys.stderr, flush=True)
+        raise
+    if note:
+        print(f"raystream: {note}", file=sys.stderr, flush=True)
+    return plan_estimates(p.cells)
 
 
 def find_reused(client, experiment_id: str, the_plan: SweepPlan) -> Dict[int, Any]:
@@ -91,10 +115,10 @@ def summary_lines(search: Searcher, reused: Mapping[int, Any], planned: int) -> 
     return lines
 
 
-def parent_params(search: Searcher) -> Dict[str, Any]:
-    """What the parent run records of the budget and the spend."""
+def parent_metrics(search: Searcher) -> Dict[str, float]:
+    """What the parent run records of the budget and the spend (metrics: a resumed session updates them)."""
     if not isinstance(search, BudgetSearcher):
         return {}
     s = search.ledger.summary()
-    return {"sweep.budget_hours": s["budget"], "sweep.budget_unit": s["unit"], "sweep.spent_hours": s["spent"],
-            "sweep.stopped_by_budget": s["stopped_by_budget"], "sweep.not_run": len(s["not_run"])}
+    return {"study/budget_hours": float(s["budget"]), "study/spent_hours": float(s["spent"]),
+            "study/stopped_by_budget": float(s["stopped_by_budget"]), "study/not_run": float(len(s["not_run"]))}

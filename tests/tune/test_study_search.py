@@ -13,7 +13,8 @@ from raystream.tune.adaptive import SeedSearcher
 from raystream.tune.budget_search import BudgetSearcher
 from raystream.tune.searcher import CELL_KEY, GridOptunaSearcher
 from raystream.tune.space import plan
-from raystream.tune.study_search import find_reused, link_reused, parent_params, search_algorithm, summary_lines
+from raystream.tune.study_search import (budget_estimates, find_reused, link_reused, parent_metrics, search_algorithm,
+                                         summary_lines)
 from test_identity import _store_trial
 
 GRID = ["sweep.grid.trainer.seed=[0,1,2]", "sweep.grid.optimizer.name=[adamw,orthogonal_adamw]",
@@ -67,4 +68,11 @@ def test_a_comparison_with_seeds_and_a_budget_picks_the_searchers(tmp_path):
     assert lines[0].startswith("budget 0.01 CPU-hours, spent 0.001111 CPU-hours")
     assert lines[1].startswith("orthogonal_adamw vs adamw [all]: resolved (different), loss difference +0.3 ±")
     assert lines[-1] == "seed rounds: 2 trials of the full grid not run"
-    assert parent_params(search)["sweep.spent_hours"] == pytest.approx(4 / 3600)
+    assert parent_metrics(search)["study/spent_hours"] == pytest.approx(4 / 3600)
+
+
+def test_a_budget_without_a_rate_is_kept_against_measured_trials(capsys):
+    overrides = ["sweep=smoke", "trainer.max_steps=4", "sweep.budget=1.0"]
+    assert budget_estimates(compose(overrides), overrides) is None
+    assert "sweep.budget: the plan knows no rate for this setting" in capsys.readouterr().err
+    assert budget_estimates(compose(["sweep=smoke"]), ["sweep=smoke"]) is None  # no budget: no plan made

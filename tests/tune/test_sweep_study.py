@@ -1,0 +1,83 @@
+"""Issue 68 through `run_sweep` on a real local Ray cluster and a real MLflow store: a sweep extended by a seed runs
+only the new trials (the finished ones reused and linked under the new parent run), and a sweep with a comparison,
+a seed range and a budget stops adding seeds when the comparison is resolved, recording its spend. Trials are
+tune_tiny_fit.finish_at_once (a FINISHED child run with its params and a loss, no Train run), so the sweep's own
+logic is what takes the time."""
+
+from __future__ import annotations
+
+import pytest
+import ray.cloudpickle
+from mlflow import MlflowClient
+
+import tune_tiny_fit
+from raystream.config import compose
+from raystream.tune.identity import REUSED_FROM_TAG
+from raystream.tune.sweep import run_sweep
+
+pytestmark = pytest.mark.slow
+
+SWEEP = """name: tiny_study
+grid:
+  optimizer.name: [adamw, orthogonal_adamw]
+  trainer.seed: [0]
+fixed:
+  trainer.max_steps: 2
+metric: loss
+mode: min
+"""
+
+
+@pytest.fixture(scope="module")
+def local_ray(ray_cluster):
+    ray.cloudpickle.register_pickle_by_value(tune_tiny_fit)
+    yield
+    ray.cloudpickle.unregister_pickle_by_value(tune_tiny_fit)
+
+
+def _children(uri, parent):
+    client = MlflowClient(uri)
+    experiment = client.get_run(parent).info.experiment_id
+    return client.search_runs([experiment], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'")
+
+
+def test_a_sweep_extended_by_a_seed_runs_only_the_new_trials(local_ray, sweeps_dir, mlflow_uri, tmp_path,
+                                                             monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    sweeps_dir("tiny_study", SWEEP)
+    first = run_sweep(compose(["sweep=tiny_study"]), ["sweep=tiny_study"], fit=tune_tiny_fit.finish_at_once)
+    assert [t.status for t in first.trials] == ["finished", "finished"]
+    more = ["sweep=tiny_study", "sweep.grid.trainer.seed=[0,1]"]
+    second = run_sweep(compose(more), more, fit=tune_tiny_fit.finish_at_once)
+    assert second.run_name != first.run_name  # another sweep: its name hashes its trials
+    assert sorted(t.config["trainer.seed"] for t in second.trials) == [1, 1]  # only the new cells ran
+    children = _children(mlflow_uri, second.parent_run_id)
+    links = [r for r in children if REUSED_FROM_TAG in r.data.tags]
+    assert len(children) == 4 and len(links) == 2
+    ran_first = {r.info.run_id for r in _children(mlflow_uri, first.parent_run_id)}
+    assert {r.data.tags[REUSED_FROM_TAG] for r in links} == ran_first
+    assert all(r.data.metrics["loss"] == 1.0 and r.data.params["trainer.seed"] == "0" for r in links)
+    said = capsys.readouterr()
+    assert "2 of 4 trials reused (finished before, same config), not run again" in said.out  # the summary
+    assert "2 of 4 trials finished before with the same config: reused" in said.err  # before the trials run
+
+
+def test_a_resolved_comparison_stops_adding_seeds_within_the_budget(local_ray, sweeps_dir, mlflow_uri, tmp_path,
+                                                                    monkeypatch, capsys):
+    """Both arms' losses are equal (finish_at_once logs 1.0): inside the margin after the first round of 2 seeds,
+    so 4 of the grid's 8 trials run; the budget (no rate here) is kept against the measured trials."""
+    monkeypatch.chdir(tmp_path)
+    sweeps_dir("tiny_study", SWEEP)
+    overrides = ["sweep=tiny_study", "sweep.grid.trainer.seed=[0,1,2,3]", "sweep.compare.axis=optimizer.name",
+                 "sweep.compare.baseline=adamw", "sweep.compare.margin=0.1", "sweep.seeds.min=2", "sweep.seeds.max=4",
+                 "sweep.budget=1.0"]
+    outcome = run_sweep(compose(overrides), overrides, fit=tune_tiny_fit.finish_at_once)
+    assert sorted(t.config["trainer.seed"] for t in outcome.trials) == [0, 0, 1, 1]
+    said = capsys.readouterr()
+    err = said.err + said.out
+    assert "sweep.budget: the plan knows no rate for this setting" in said.err
+    assert "orthogonal_adamw vs adamw [all]: resolved (equivalent), loss difference +0 ± 0, 2 seeds, 2 trials saved" \
+        in err
+    assert "seed rounds: 4 trials of the full grid not run" in err
+    parent = MlflowClient(mlflow_uri).get_run(outcome.parent_run_id)
+    assert parent.data.metrics["study/budget_hours"] == 1.0 and 0 < parent.data.metrics["study/spent_hours"] < 1.0

@@ -28,6 +28,7 @@ from raystream.tracking.store import prepare_store
 from raystream.train import eval_target
 from raystream.train.eval_job import read_model_state
 from raystream.train.inputs import video_sets
+from raystream.train.model_uri import fetched, model_file
 from raystream.train.preflight import check_backbone_init, stream_plan
 from raystream.train.resolved import videos_of
 
@@ -168,7 +169,7 @@ def test_a_checkpoint_is_a_logged_model_that_mlflow_and_raystream_load(store, tm
     monkeypatch.setenv("RAYSTREAM_CACHE_DIR", str(tmp_path / "cache"))
     registry.use(uri)
     target = build_scenario(cfg.scenario, cfg.stream, seed=0).model
-    done = initialise(target, f"models:/{model.model_id}")
+    done = initialise(target, str(model_file(f"models:/{model.model_id}")))  # train fetches, models reads the file
     assert done is not None and "into the model" in done.line
     assert all(torch.equal(target.state_dict()[k], v) for k, v in state.items())
     evaluated = eval_target.resolve(f"models:/{model.model_id}")  # `raystream eval models:/<model_id>`
@@ -186,7 +187,7 @@ def test_a_registered_start_is_a_backbone_init_and_missing_ones_are_named(store,
     monkeypatch.setenv("RAYSTREAM_CACHE_DIR", str(tmp_path / "cache"))
     given = compose([f"mlflow.tracking_uri={uri}", f"scenario.backbone.init=models:/{logged_model.START_MODEL}@s0"])
     assert "into the model" in check_backbone_init(given, say=False)  # the driver's check, before Ray
-    target = build_scenario(given.scenario, given.stream, seed=0).model
+    target = build_scenario(fetched(given.scenario), given.stream, seed=0).model
     assert all(torch.equal(target.state_dict()[k], v) for k, v in state.items())
     missing = compose([f"mlflow.tracking_uri={uri}", f"scenario.backbone.init=models:/{logged_model.START_MODEL}@s9"])
     with pytest.raises(ConfigError, match=f"models:/{logged_model.START_MODEL}@s9.*no such model, alias"):
@@ -198,7 +199,9 @@ def test_a_registered_start_is_a_backbone_init_and_missing_ones_are_named(store,
     assert time.monotonic() - began < 30  # one refused connection, not minutes of retries
     registry.use(uri)  # the check above pointed this process at the server that is away
     with pytest.raises(CheckpointError, match="models:/nothing.*no such model"):
-        initialise(target, "models:/nothing")
+        fetched(compose(["scenario.backbone.init=models:/nothing"]).scenario)
+    with pytest.raises(CheckpointError, match="models:/nothing.*fetched by the train layer"):
+        initialise(target, "models:/nothing")  # the models package reaches no server
 
 
 def test_a_model_waits_in_the_record_while_the_store_is_away_and_is_written_once_after(store, tmp_path):
@@ -252,7 +255,7 @@ def test_pretrain_start_registers_a_start_cached_before_registration(store, tmp_
     assert version.run_id == run_id
     registry.use(uri)
     target = build_scenario(cfg.scenario, cfg.stream, seed=0).model
-    initialise(target, "models:/raystream-table1-start@s5")
+    initialise(target, str(model_file("models:/raystream-table1-start@s5")))
     assert all(torch.equal(target.state_dict()[k], v) for k, v in state.items())
 
 

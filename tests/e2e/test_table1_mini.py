@@ -61,10 +61,14 @@ def test_the_start_is_cached_by_its_config(tmp_path):
 
 
 @pytest.mark.slow
-def test_smoke_table1_mini_end_to_end(tmp_path, monkeypatch, ray_cluster):
+def test_smoke_table1_mini_end_to_end(tmp_path, monkeypatch, capfd, ray_cluster):
     """The start (1 step), then 2 trials (AdamW x start / random, along time, seed 0, 2 steps: a gradient cosine):
-    the table's columns and the Figure 2 curves, from the CLI as a user runs it, on the session's Ray cluster (as
-    `RAY_ADDRESS`: no Ray start per command). Probes on 200 images a split."""
+    the table's columns and the Figure 2 curves, from the CLI, on the session's Ray cluster. `raystream
+    pretrain-start` is a subprocess as a user runs it (`RAY_ADDRESS`: no Ray start); `raystream sweep` and `report`
+    run `raystream.cli.main` in this process (`in_process`, on the cluster it holds: two driver processes less; the
+    regime's sweep, tests/e2e/test_regime.py, runs both as subprocesses). Probes on 200 images a split."""
+    from cli_driver import in_process
+
     db = tmp_path / "mlflow.db"
     cache = str(tmp_path / "cache")
     env = cli_env(RAYSTREAM_CACHE_DIR=cache, RAY_ADDRESS=ray_cluster)
@@ -86,7 +90,10 @@ def test_smoke_table1_mini_end_to_end(tmp_path, monkeypatch, ray_cluster):
     overrides = [*MINI, *common, "optimizer=adamw", "stream.order=batch_along_time", "trainer.seed=0",
                  "trainer.max_steps=2", "stream.batch_size=4", "stream.frames_per_clip=2",
                  "data.demo.frames_per_video=120", f"trainer.storage_path={tmp_path / 'results'}"]
-    trials, report, logged = sweep_and_report(tmp_path, overrides, env, db, "table1-e2e")
+    for key, value in (("RAY_CHDIR_TO_TRIAL_DIR", "0"), ("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")):
+        monkeypatch.setenv(key, value)  # what the sweep sets in its process: undone when the test ends
+    with in_process(tmp_path, monkeypatch, capfd) as cli:
+        trials, report, logged = sweep_and_report(tmp_path, overrides, env, db, "table1-e2e", cli=cli)
     for run in trials:
         m = run.data.metrics
         assert {"eval/knn_top1_k20", "eval/linear_top1", "grad_cos_prev"} <= set(m), sorted(m)

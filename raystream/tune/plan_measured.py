@@ -4,8 +4,8 @@ included), which the rate of the training steps alone leaves out (a 10-trial swe
 
 `measure(planned, cfg, name)` reads the FINISHED trial runs of sweep `name` in the config's MLflow experiment (its
 tracking store only when it exists: planning creates no store) and sets each cell's `trial_s` from them: a trial
-of a cell of `s` steps takes the measured trials' wall times x s / their steps (low, median, high), so a grid whose
-cells share their steps gets the measured times themselves. Reused trials' links are not counted (they did not run
+of a cell of `s` steps takes the measured trials' wall times x s / their steps (low, median, high; their steps:
+`steps_done`, else `trainer.max_steps`; when a trial's are unknown, each trial is taken to take a measured time). Reused trials' links are not counted (they did not run
 here). No finished trial: the plan keeps the rate's time.
 """
 
@@ -36,11 +36,19 @@ def finished_walls(uri: str, experiment: str, sweep: str) -> List[Tuple[float, f
              "attributes.status = 'FINISHED'")
     walls = []
     for run in client.search_runs([found.experiment_id], filter_string=query, max_results=5000):
-        steps = run.data.metrics.get("steps_done")
-        if REUSED_FROM_TAG in run.data.tags or not steps or not run.info.end_time:
+        if REUSED_FROM_TAG in run.data.tags or not run.info.end_time:
             continue
-        walls.append((float(steps), (run.info.end_time - run.info.start_time) / 1000.0))
+        walls.append((_steps(run), (run.info.end_time - run.info.start_time) / 1000.0))
     return walls
+
+
+def _steps(run) -> Optional[float]:
+    """The steps a finished trial ran: its `steps_done` metric, else its trainer.max_steps; None when neither says
+    (trainer.max_steps null: the stream's length)."""
+    if run.data.metrics.get("steps_done"):
+        return float(run.data.metrics["steps_done"])
+    text = run.data.params.get("trainer.max_steps", "None")
+    return float(text) if text.isdigit() and int(text) > 0 else None
 
 
 def measure(planned: Sequence[Any], cfg, name: str) -> Optional[str]:
@@ -49,11 +57,13 @@ def measure(planned: Sequence[Any], cfg, name: str) -> Optional[str]:
     walls = finished_walls(tracking_uri(cfg), str(cfg.mlflow.experiment), name)
     if not walls:
         return None
-    per_step = sorted(seconds / steps for steps, seconds in walls)
-    low, mid, high = per_step[0], statistics.median(per_step), per_step[-1]
+    per_step = all(steps for steps, _ in walls)  # else each trial taken to run a cell's steps
+    times = sorted(seconds / steps if per_step else seconds for steps, seconds in walls)
+    low, mid, high = times[0], statistics.median(times), times[-1]
     for cp in planned:
-        cp.trial_s = {"low": low * cp.steps, "estimate": mid * cp.steps, "high": high * cp.steps}
+        scale = cp.steps if per_step else 1.0
+        cp.trial_s = {"low": low * scale, "estimate": mid * scale, "high": high * scale}
         cp.rate_note = ""
     return (f"nothing of a trial: its time is measured, the wall time of {len(walls)} finished trial"
             f"{'s' if len(walls) != 1 else ''} of sweep {name} (start, stream correlation, evaluations and "
-            "checkpoints included) per step, x each cell's steps")
+            "checkpoints included)" + (" per step, x each cell's steps" if per_step else ""))

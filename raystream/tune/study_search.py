@@ -131,8 +131,7 @@ def prepare_search(cfg, the_plan: SweepPlan, uri: str, parent_run_id: str, estim
                    tags_of: Callable[[int, str], Dict[str, str]]):
     """A new sweep's (searcher, reused trials): the finished trials of the same identity in the parent's experiment
     found and linked under it (said on stderr), the searcher of the rest built."""
-    from raystream.tracking.store import client as mlflow_client  # lazy: as the sweep's other MLflow reads
-    from raystream.tracking.store import retry
+    from raystream.tracking.store import client as mlflow_client, retry  # lazy: as the sweep's other MLflow reads
 
     client = mlflow_client(uri)
     experiment_id = retry(lambda: client.get_run(parent_run_id), "get parent run").info.experiment_id
@@ -150,8 +149,7 @@ def finish_study(uri: str, parent_run_id: str, search: Optional[Searcher], reuse
     and spend recorded on the parent run (metrics, and tag `raystream.stopped_by` = budget when it stopped it)."""
     if search is None:
         return []
-    from raystream.tracking.store import client as mlflow_client  # lazy: as above
-    from raystream.tracking.store import retry
+    from raystream.tracking.store import client as mlflow_client, retry  # lazy: as above
 
     client = mlflow_client(uri)
     try:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reruns a study of docs/results.md from the repository: its sweeps one after the other, niced, in the background,
-# resumable, then its reports. A study is a file studies/<name>.queue: one sweep a line, "<label> <overrides...>".
+# resumable, then its reports. A study is a file studies/<name>.queue: one step a line, "<label> <overrides...>": a
+# sweep (its overrides), or `make-footage`, `pretrain-start*` (that command) or `report` (`raystream report` flags).
 #
 #   bash studies/run.sh map            # the map's five matched-drift sweeps, then `raystream report --map`
 #   bash studies/run.sh projection     # global vs the published dim0 projection on the regime and the footage
@@ -53,10 +54,13 @@ while read -r label rest; do
     continue
   fi
   [ -f "$dir/done/$label" ] && { echo "$label: done"; continue; }
-  if [ "$label" = make-footage ]; then
-    (cd "$dir" && nice -n 19 "$py" -m raystream.cli data make-footage $rest) > "$dir/logs/$label.log" 2>&1
-    date -u +%FT%TZ > "$dir/done/$label"; continue
-  fi
+  case "$label" in  # the steps that are not sweeps: real footage fetched, a start pretrained (cached by its config)
+    make-footage|pretrain-start*)
+      if [ "$label" = make-footage ]; then cmd=(data make-footage); else cmd=(pretrain-start); fi
+      (cd "$dir" && nice -n 19 "$py" -m raystream.cli "${cmd[@]}" $rest) >> "$dir/logs/$label.log" 2>&1 \
+        || { echo "$label: failed, see $dir/logs/$label.log; run the study again to resume it" >&2; exit 1; }
+      date -u +%FT%TZ > "$dir/done/$label"; echo "$label: done"; continue;;
+  esac
   echo "$label: running ($(date -u +%T)), log $dir/logs/$label.log"
   start=$(date +%s)
   (cd "$dir" && nice -n 19 "$py" -m raystream.cli sweep $rest trainer.storage_path="$dir/results" \

@@ -6,13 +6,15 @@ worker) and every process below it (Ray's daemons and workers, CLI subprocesses)
 At the end each worker appends its rows (CPU-s, wall-s, test id) to $SUITE_CPU_OUT (default suite_cpu.tsv), and the
 controller prints the modules' totals. On 2 busy cores the suite's wall time follows its CPU-seconds, not its
 test-seconds (docs/suite.md). A process reaped within the tree is charged in full (its parent's cutime); an orphan
-loses at most its last 0.3 s.
+loses at most its last 0.3 s, and so does a child of a parent that ignores SIGCHLD (Ray's raylet: the kernel reaps
+its workers and adds nothing to its cutime).
 """
 
 from __future__ import annotations
 
 import collections
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -28,11 +30,21 @@ def _read(path: str) -> str:
         return f.read()
 
 
+def _auto_reaps(pid: int) -> bool:
+    """Whether `pid` ignores SIGCHLD: then the kernel reaps its children and their CPU never reaches its cutime."""
+    try:
+        ignored = next(line for line in _read(f"/proc/{pid}/status").splitlines() if line.startswith("SigIgn:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(ignored.split()[1], 16) & (1 << (signal.SIGCHLD - 1)))
+
+
 class _Tree:
     """The CPU this process and every process below it have used, as of the last read. Each process is read with
     its reaped children's CPU (utime + stime + cutime + cstime), so a child that ends and is reaped by a process of
     the tree is charged in full, however short its last moment was; one that ends where no process of the tree
-    reaps it (an orphan) is charged what it had used when last seen."""
+    reaps it (an orphan, or a child of a parent that ignores SIGCHLD: every Ray worker below a raylet) is charged
+    what it had used when last seen."""
 
     def __init__(self) -> None:
         self.root = os.getpid()
@@ -63,7 +75,8 @@ class _Tree:
         with self.lock:
             alive = {pid for pid, _ in now}
             for key, (parent, cpu) in self.live.items():
-                if key not in now and parent not in alive:  # ended with no process of the tree left to reap it
+                # ended with no process of the tree left to reap it, or below one that does not collect its CPU
+                if key not in now and (parent not in alive or _auto_reaps(parent)):
                     self.orphaned += cpu
             self.live = now
 

@@ -1,6 +1,6 @@
 """benchmarks/suite_cpu.py, the plugin that says where the suite's CPU goes (docs/suite.md): a test whose
-subprocess burns a second of CPU is charged that second, a test that sleeps is not, and the controller prints the
-modules' totals."""
+subprocess burns a second of CPU is charged that second (also below a parent that ignores SIGCHLD, as Ray's raylet
+does), a test that sleeps is not, and the controller prints the modules' totals."""
 
 import os
 import re
@@ -18,6 +18,24 @@ def test_burns_a_second_in_a_child():
 
 def test_sleeps():
     time.sleep(1.0)
+
+# A parent that ignores SIGCHLD, as Ray's raylet does: the kernel reaps its child, whose CPU never reaches its cutime.
+AUTO_REAPED = """
+import os, signal, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+if os.fork() == 0:
+    t = time.process_time()
+    while time.process_time() - t < 1.5: pass
+    os._exit(0)
+try:
+    os.wait()  # returns once the child is gone (ECHILD: it was reaped for us)
+except ChildProcessError:
+    pass
+time.sleep(0.7)  # the parent outlives its child: the plugin sees it gone below a live parent
+"""
+
+def test_burns_in_a_child_of_a_parent_that_ignores_sigchld():
+    subprocess.run([sys.executable, "-c", AUTO_REAPED], check=True)
 '''
 
 
@@ -31,6 +49,7 @@ def test_a_childs_cpu_is_charged_to_its_test_and_a_sleep_is_not(tmp_path):
     rows = {line.split("\t")[2]: float(line.split("\t")[0]) for line in out.read_text().splitlines()}
     assert rows["test_burn.py::test_burns_a_second_in_a_child"] >= 0.9
     assert rows["test_burn.py::test_sleeps"] < 0.3
+    assert rows["test_burn.py::test_burns_in_a_child_of_a_parent_that_ignores_sigchld"] >= 1.0  # 1.5, less its last 0.3 s
     assert "CPU-seconds by module" in run.stdout and "test_burn.py" in run.stdout
 
 

@@ -1,11 +1,15 @@
 """Does `raystream plan` get a small sweep's wall time within 1.5x? (issue 68 item 3)
 
 Runs, in a fresh directory (its own MLflow store and results):
-  1. a small sweep (sweep=smoke, seed 0: 4 trials of a few steps), which leaves finished trials;
-  2. `raystream plan sweep` of the same sweep at seed 1 (4 new trials): its time now comes from the finished trials
+  1. `raystream bench --json` of the sweep's setting (sweep=smoke's config at its steps), then `raystream plan sweep
+     --rate-from` that file for a first run (nothing finished yet): each trial's time is its steps at the bench's
+     rate plus its start, correlation, evaluations and checkpoints as the bench measured them
+     (raystream/bench/trial_parts.py);
+  2. that sweep (seed 0: 4 trials of a few steps), timed; it leaves finished trials;
+  3. `raystream plan sweep` of the same sweep at seed 1 (4 new trials): its time now comes from the finished trials
      of the same sweep (their start, stream correlation, evaluations and checkpoints included);
-  3. that sweep itself, timed;
-and prints the plan's wall time against the sweep's: the command's and its parent run's (the time the trials ran,
+  4. that sweep itself, timed;
+and prints each plan's wall time against its sweep's: the command's and its parent run's (the time the trials ran,
 Ray's start excluded), with their ratios. Before this issue the plan's time held the training steps alone (a
 10-trial sweep planned at 6.3 s took 353 s).
 
@@ -25,6 +29,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# sweeps/sweep/smoke.yaml's `fixed`: what its trials run, so the bench measures their setting
+SMOKE_FIXED = ["trainer.checkpoint_every=50", "data.demo.num_videos=2", "data.demo.frames_per_video=120",
+               "eval.probe_epochs=20", "eval.max_probe_samples=200"]
 
 
 def _raystream(args, cwd, env):
@@ -56,26 +63,36 @@ def main() -> int:
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(ROOT)}
     common = ["sweep=smoke", f"trainer.max_steps={args.steps}", "mlflow.experiment=plan_vs_sweep",
               f"trainer.storage_path={work / 'results'}"]
+    bench = work / "bench.json"
     try:
-        _, first_s = _raystream(["sweep", *common, "sweep.grid.trainer.seed=[0]"], work, env)
+        first = [*common, "sweep.grid.trainer.seed=[0]"]
+        _raystream(["bench", *SMOKE_FIXED, f"trainer.max_steps={args.steps}", "--device", "cpu", "--steps", "5",
+                    "--time-budget", "120", "--json", str(bench)], work, env)
+        first_plan = json.loads(_raystream(["plan", "sweep", *first, "--rate-from", str(bench), "--json"],
+                                           work, env)[0].stdout)
+        first_ran, first_s = _raystream(["sweep", *first], work, env)
         second = [*common, "sweep.grid.trainer.seed=[1]"]
-        planned, _ = _raystream(["plan", "sweep", *second, "--json"], work, env)
-        plan = json.loads(planned.stdout)
+        plan = json.loads(_raystream(["plan", "sweep", *second, "--json"], work, env)[0].stdout)
         ran, second_s = _raystream(["sweep", *second], work, env)
-        run_name = next(line.split()[1].rstrip(":") for line in ran.stdout.splitlines()
-                        if line.startswith("sweep smoke-") and "trials finished" in line)
-        parent_s = _parent_seconds(uri, run_name)
+        first_parent_s, parent_s = (_parent_seconds(uri, _run_name(out)) for out in (first_ran, ran))
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
-    wall = plan["wall_s"]["estimate"] if plan.get("wall_s") else float("nan")
-    print(f"first sweep (4 trials, seed 0): {first_s:.0f} s; what the plan's time of the second includes: "
-          f"{plan['not_included']}")
-    print(f"plan of the second (4 trials, seed 1): {wall:.1f} s ({plan['wall_s']['low']:.1f} to "
-          f"{plan['wall_s']['high']:.1f})")
-    print(f"second sweep: command {second_s:.1f} s (ratio to the plan {second_s / wall:.2f}), its parent run "
-          f"{parent_s:.1f} s (ratio {parent_s / wall:.2f}); the target: within 1.5x")
+    for what, p, command_s, run_s in (("a first run, from `raystream bench --json`", first_plan, first_s,
+                                       first_parent_s),
+                                      ("the sweep extended, from its finished trials", plan, second_s, parent_s)):
+        wall = p["wall_s"]["estimate"] if p.get("wall_s") else float("nan")
+        print(f"{what}: plan {wall:.1f} s ({p['wall_s']['low']:.1f} to {p['wall_s']['high']:.1f}); the sweep's "
+              f"command {command_s:.1f} s (ratio {command_s / wall:.2f}), its parent run {run_s:.1f} s (ratio "
+              f"{run_s / wall:.2f}); the target: within 1.5x")
+        print(f"  not in the plan's time: {p['not_included']}")
     return 0
+
+
+def _run_name(out) -> str:
+    """The sweep run's name from the line `sweep smoke-<hash>: N trials finished ...` of its output."""
+    return next(line.split()[1].rstrip(":") for line in out.stdout.splitlines()
+                if line.startswith("sweep smoke-") and "trials finished" in line)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ AdamW (foreach and fused), the peak memory of a step, and, before any timing, ch
     throughput.py         timed steps from device memory and from the live stream; the decode-worker sweep
     optimizer_timing.py   the optimizer step alone: configured, compiled, AdamW foreach and fused
     memory.py             peak device and host memory of the correlation and of the training phase
+    trial_parts.py        a trial outside its steps: process start, build, correlation, evaluation, checkpoint
     flops.py              model FLOPs per step, achieved TFLOP/s and MFU against the device's bf16 peak
     report.py             what it prints (the table) and writes (the JSON object, `--json PATH`)
     results.py            bench JSON read back and checked (`raystream plan --rate-from`); the shipped campaign's

@@ -8,6 +8,8 @@
        again: compiled against eager steps/s and peak memory (model_compile)
     4. `steps` steps from the live stream with the configured data.decode_workers, then one checkpoint save (as
        rank 0 writes it, into a temporary directory); the training peak memory over both
+    4b. the parts of a trial that are not its steps (trial_parts.py: a fresh worker process's imports, the build, the
+       correlation, one evaluation, the checkpoint save), which `raystream plan --rate-from` adds to a trial's time
     5. the optimizer step alone: configured, stock / compiled, AdamW foreach and fused
     6. the decode-worker sweep (1, 2, 4, ... up to the cores) while the budget lasts
 
@@ -27,12 +29,13 @@ import datetime
 import functools
 import gc
 import sys
+import time
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 from omegaconf import OmegaConf
 
-from raystream.bench import checks, flops, memory, report, throughput
+from raystream.bench import checks, flops, memory, report, throughput, trial_parts
 from raystream.bench.optimizer_timing import compile_applies, label, time_optimizers
 from raystream.bench.trainee import Budget, CheckFailed, Trainee, device_name, resolve_device
 from raystream.data import DataError
@@ -99,7 +102,9 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
     dev = resolve_device(device)
     peak_tf, peak_source = flops.peak_tflops(dev, peak_tflops)
     meter = memory.PeakMemory(dev, memory.rss())
+    began = budget.elapsed()
     trainee = Trainee.build(cfg, dev, total_steps=RUN_STEPS)
+    build_s = budget.elapsed() - began
     step_flops = flops.step_flops(cfg, trainee.batch_size)
     phases = Phases(budget)
     cfg, auto = resolve_auto_compile(cfg, trainee)
@@ -124,6 +129,10 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
     configured = int(cfg.data.decode_workers or default_decode_workers())
     live = _live_phase(result, trainee, meter, held, configured, steps, budget, figures)
     phases.done("live_and_checkpoint")
+    pairs = int(cfg.trainer.correlation_steps)  # 0: a run measures no correlation
+    result.update(trial_parts.parts(trainee, build_s, phases.seconds["correlation"] if pairs else 0.0,
+                                    result.pop("checkpoint_s"), budget.left()))
+    phases.done("trial_parts")
     gc.collect()
     result.update(optimizer_phase(trainee, cfg.optimizer, steps, budget, (allowed, why_not)))
     phases.done("optimizer")
@@ -140,8 +149,8 @@ def _live_phase(result: Dict[str, Any], trainee: Trainee, meter: memory.PeakMemo
                 configured: int, steps: int, budget: Budget, figures) -> throughput.Rate:
     """Live steps with the configured decode workers and one checkpoint save (`training_phase`): their figures
     beside the from-memory ones into `result`; the live Rate. `figures(steps_per_s)`: a rate's FLOP figures."""
-    peak, (live, checkpoint_bytes) = training_phase(trainee, meter, steps, budget)
-    result.update(from_memory_steps_per_s=held.steps_per_s, from_memory_clips_per_s=held.clips_per_s,
+    peak, (live, (checkpoint_bytes, checkpoint_s)) = training_phase(trainee, meter, steps, budget)
+    result.update(checkpoint_s=checkpoint_s, from_memory_steps_per_s=held.steps_per_s, from_memory_clips_per_s=held.clips_per_s,
                   live_steps_per_s=live.steps_per_s, live_clips_per_s=live.clips_per_s,
                   live_over_memory=live.steps_per_s / held.steps_per_s, live_decode_workers=configured,
                   from_memory_timed_steps=held.steps, live_timed_steps=live.steps, checkpoint_bytes=checkpoint_bytes,
@@ -235,10 +244,11 @@ class Phases:
 
 
 def correlation_phase(trainee: Trainee, meter: memory.PeakMemory) -> Dict[str, Any]:
-    """The correlation's peak memory (`correlation_peak_memory_*`), or why it was not measured
-    (`correlation_not_measured`: a stream without two consecutive per-worker batches)."""
+    """The correlation's peak memory (`correlation_peak_memory_*`) at the run's pairs (`trainer.correlation_steps`),
+    or why it was not measured (`correlation_not_measured`: a stream without two consecutive per-worker batches)."""
+    pairs = int(trainee.cfg.trainer.correlation_steps)
     try:
-        peak, _ = memory.measured(meter, lambda: memory.correlation(trainee))
+        peak, _ = memory.measured(meter, lambda: memory.correlation(trainee, pairs))
     except ValueError as exc:
         return {"correlation_not_measured": str(exc)}
     gc.collect()
@@ -246,10 +256,13 @@ def correlation_phase(trainee: Trainee, meter: memory.PeakMemory) -> Dict[str, A
 
 
 def training_phase(trainee: Trainee, meter: memory.PeakMemory, steps: int, budget: Budget, warmup: int = WARMUP):
-    """(the peaks of live steps and one checkpoint save, (their Rate, the checkpoint's bytes on disk))."""
+    """(the peaks of live steps and one checkpoint save, (their Rate, (the checkpoint's bytes on disk, the
+    seconds of its save)))."""
     def phase():
         live = throughput.live(trainee, warmup, steps, budget)
-        return live, memory.save_checkpoint(trainee)
+        began = time.perf_counter()
+        saved = memory.save_checkpoint(trainee)
+        return live, (saved, time.perf_counter() - began)
 
     return memory.measured(meter, phase)
 

@@ -113,16 +113,17 @@ def measured(meter: PeakMemory, phase: Callable[[], Any]) -> Tuple[Phase, Any]:
     return Phase(*meter.stop()), out
 
 
-def correlation(trainee) -> Dict[str, Any]:
+def correlation(trainee, pairs: int = 1) -> Dict[str, Any]:
     """The stream correlation as a run's worker measures it before step 0 (raystream/train/correlation.py
     `measure_model`): at the fresh model (no optimizer state yet), in micro-batches of the per-worker batch, under
-    the step's autocast, on one worker's shard (a global batch of the per-worker batch, world size 1), 1 pair of
-    batches per order: what it holds does not grow with `trainer.correlation_steps` (at most 3 gradients). Returns
-    its figures; raises ValueError when the stream has no consecutive pair of such batches."""
+    the step's autocast, on one worker's shard (a global batch of the per-worker batch, world size 1), `pairs` pairs
+    of batches per order (a run's `trainer.correlation_steps`): what it holds does not grow with them (at most 3
+    gradients), its time does. Returns its figures; raises ValueError when the stream has no consecutive pair of
+    such batches."""
     cfg = OmegaConf.merge(trainee.cfg, {"stream": {"batch_size": trainee.batch_size}})
     base = build_stream(cfg.data, cfg.stream)
     try:
-        return measure_model(trainee.model, cfg, base, steps=1, device=trainee.device,
+        return measure_model(trainee.model, cfg, base, steps=max(1, pairs), device=trainee.device,
                              micro_batch=trainee.batch_size, autocast=trainee.autocast)
     finally:
         base.close()

@@ -16,7 +16,9 @@ checkpoint save, on the device), host_peak_memory_gb/_bytes (the host's; on CPU 
 correlation_peak_memory_gb/_bytes and correlation_host_peak_memory_gb/_bytes of the stream correlation before step 0
 (or correlation_not_measured: why), checkpoint_bytes (on disk), peak_memory_how; checks {name: "passed: ..." |
 "skipped: ..."}; phase_s {phase: seconds} (start, correlation, checks, from_memory, model_compile,
-live_and_checkpoint, optimizer, decode_workers); time_budget_s, elapsed_s.
+live_and_checkpoint, trial_parts, optimizer, decode_workers); time_budget_s, elapsed_s. trial_parts_s {process_start,
+build, correlation, evaluation, checkpoint} (seconds of a trial outside its steps: raystream/bench/trial_parts.py),
+trial_parts_not_measured {part: why}, trial_process_chain.
 FLOPs (raystream/bench/flops.py): model_flops_per_step (one worker's forward and backward, FlopCounterMode),
 peak_tflops (the device's dense bf16 peak, TFLOP/s; null when unknown) and peak_source (the datasheet, `--peak-tflops`,
 or why none is known); from_memory_tflops_per_s, from_memory_mfu, live_tflops_per_s, live_mfu (the MFU a fraction
@@ -73,6 +75,8 @@ def table(r: Dict[str, Any]) -> str:
     lines += ["", *memory_lines(r),
               "checks: " + "; ".join(f"{k} {v}" for k, v in r["checks"].items()),
               "phases, s: " + ", ".join(f"{k} {v:.1f}" for k, v in r.get("phase_s", {}).items()),
+              "a trial outside its steps, s: " + ", ".join(f"{k} {v:.1f}" for k, v in r.get("trial_parts_s", {}).items())
+              + "".join(f"; {k} not measured: {v}" for k, v in r.get("trial_parts_not_measured", {}).items()),
               f"{r['elapsed_s']:.0f} s of a {r['time_budget_s']:.0f} s budget"]
     return "\n".join(lines)
 

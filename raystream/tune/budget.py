@@ -138,5 +138,6 @@ def check_plan(sweep: Mapping[str, Any], cells: Sequence[Any], samples: int = 1)
     if per_cell is None:
         return (f"{budget.key}: the plan knows no rate for this setting, so the budget is checked against the trials "
                 "measured as they finish")
-    check_budget(budget, [h for h in per_cell for _ in range(samples)])
+    # a trial the sweep reuses (finished before with the same identity) costs nothing
+    check_budget(budget, [h for cp, h in zip(cells, per_cell) for _ in range(samples - cp.reused)])
     return None

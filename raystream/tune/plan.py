@@ -11,7 +11,8 @@ decoding a frame, it works out:
   (`cpus_per_worker` CPUs [+ 1 GPU with `use_gpu`]) (`concurrency.trial_demand`), out of `--gpus` / `--cpus`, a
   cluster-launcher YAML's node types at their `max_workers` (`--cluster`, `capacity.max_resources`), or this
   machine; never more than `sweep.max_concurrent_trials` when that is set;
-- each trial's time in its training steps, at a measured rate: a `raystream bench --json` file of the user's node
+- each trial's time: its training steps at a measured rate, plus its parts outside the steps where the rate's
+  bench measured them (start, correlation, evaluations, checkpoints: rates.py `outside_steps_s`): a `raystream bench --json` file of the user's node
   (`--rate-from`), else the shipped H200 figures of the paper presets (rates.py SHIPPED, from the campaign file
   raystream/bench/h200_campaign.json); then the sweep's wall time (the trials laid out on the concurrent slots in
   order), its GPU-hours and their cost at `--gpu-hour-price`.
@@ -24,8 +25,11 @@ workers are taken to add no time (their gradient all-reduce is not measured). Th
 the stated spread runs from the faster of the two rates divided by `spread` to the slower times `spread` (default
 SPREAD: one node's rate from run to run, with a margin). A rate is used only for the setting it was measured in
 (scenario, backbone preset, frames per clip, resolution, device, bf16); otherwise the plan says that no rate is known
-and prints steps and trials alone. Not in the time: each trial's start (Ray Train's workers, the model, the stream
-correlation), its evaluations and checkpoints (their counts are printed), and ASHA stopping trials early.
+and prints steps and trials alone. A trial's start, correlation, evaluations and checkpoints are in its time when
+the bench file measured them (`trial_parts_s`; the shipped rates did not), or when finished trials of the sweep
+give whole trials' wall times (plan_measured.py). Trials that finished already in the experiment with the same
+identity are marked reused and left out of the totals, as the sweep reuses them. Not in the time: ASHA stopping
+trials early, Ray's and MLflow's bookkeeping between a trial's processes.
 
 Here: the arithmetic (steps, trials, concurrency, times, totals) and the command; the rates and the rate model in
 rates.py; the printed text in plan_text.py.
@@ -46,19 +50,21 @@ import yaml
 from omegaconf import OmegaConf
 
 from raystream.config import ConfigError
+from raystream.config.sweep_study import seed_axis
 from raystream.data import DataError
 from raystream.train.capacity import max_resources
 from raystream.train.preflight import machine_cpus, stream_plan
 from raystream.tune.budget import check_plan
 from raystream.tune.concurrency import trial_demand
-from raystream.tune.plan_measured import measure
+from raystream.tune.plan_measured import measure, reused_cells
 from raystream.tune.plan_text import text
-from raystream.tune.rates import SHIPPED, SPREAD, Rate, load_bench, optimizer_label, rate_for, step_seconds
+from raystream.tune.rates import (SHIPPED, SPREAD, Rate, load_bench, optimizer_label, outside_steps_s, rate_for,
+                                  step_seconds)
 from raystream.tune.space import Cell, SweepPlan, plan as sweep_plan, structured
 
 @dataclass
 class CellPlan:
-    """One grid cell (or the one run of `train`): its trials, steps and the time of each trial's steps."""
+    """One grid cell (or the one run of `train`): its trials, steps and the time of each trial."""
 
     label: str
     trials: int
@@ -74,6 +80,8 @@ class CellPlan:
     trial_s: Optional[Dict[str, float]] = None  # {"low", "estimate", "high"}
     rate_note: str = ""
     no_rate: str = ""
+    outside_steps_s: Optional[float] = None  # of trial_s: the trial's start, correlation, evaluations, checkpoints
+    reused: int = 0  # of `trials`: finished already in the experiment (the sweep reuses them; not in the totals)
 
 
 @dataclass
@@ -94,6 +102,8 @@ class Plan:
     gpu_hour_price: Optional[float] = None
     cost: Optional[Dict[str, float]] = None
     not_included: List[str] = field(default_factory=list)
+    reused: int = 0  # trials finished already in the experiment, with the same identity: reused, not run
+    seed_rounds: Optional[Dict[str, Any]] = None  # with sweep.seeds: trials and wall time at least / at most
 
     def as_json(self) -> Dict[str, Any]:
         return asdict(self)
@@ -185,15 +195,19 @@ def _time(cp: CellPlan, rate: Rate, spread: float, order: str) -> None:
                                                              "decoding may be slower"]))
     live = step_seconds(rate, rate.live_steps_per_s, b, cp.optimizer)[0] if rate.live_steps_per_s else memory
     cp.steps_per_s = {"memory": 1.0 / memory, "live": 1.0 / live}
-    cp.trial_s = {"low": cp.steps * min(memory, live) / spread, "estimate": cp.steps * live,
-                  "high": cp.steps * max(memory, live) * spread}
+    cp.outside_steps_s = outside_steps_s(rate, cp.evaluations, cp.checkpoints)
+    extra = cp.outside_steps_s or 0.0
+    cp.trial_s = {"low": (cp.steps * min(memory, live) + extra) / spread, "estimate": cp.steps * live + extra,
+                  "high": (cp.steps * max(memory, live) + extra) * spread}
 
 
-def _cells(kind: str, cfg, overrides: Sequence[str]) -> Tuple[str, List[Cell], int]:
+def _cells(kind: str, cfg, overrides: Sequence[str]) -> Tuple[str, List[Cell], int, bool]:
+    """(the name, the cells, the samples of each, whether a trial's identity is known before it runs: one trial a
+    cell, no sampled axes, as the sweep's reuse needs)."""
     if kind == "train":
-        return "train", [Cell(index=0, values={}, config=OmegaConf.to_container(cfg, resolve=True))], 1
+        return "train", [Cell(index=0, values={}, config=OmegaConf.to_container(cfg, resolve=True))], 1, False
     the_plan: SweepPlan = sweep_plan(cfg, overrides)
-    return the_plan.name, the_plan.cells, the_plan.num_samples
+    return the_plan.name, the_plan.cells, the_plan.num_samples, not the_plan.sample and the_plan.num_samples == 1
 
 
 def make_plan(kind: str, cfg, overrides: Sequence[str] = (), *, gpus: Optional[int] = None,
@@ -206,26 +220,66 @@ def make_plan(kind: str, cfg, overrides: Sequence[str] = (), *, gpus: Optional[i
         raise ConfigError(f"--spread {spread:g}: expected a factor >= 1")
     rates: Tuple[Rate, ...] = (load_bench(rate_from),) if rate_from else SHIPPED
     have, have_from = resources(gpus, cpus, cluster)  # bad files fail before any video is opened
-    name, cells, samples = _cells(kind, cfg, overrides)
+    name, cells, samples, knowable = _cells(kind, cfg, overrides)
     explicit = None if kind == "train" else cfg.sweep.max_concurrent_trials
     slots, why = concurrency(cells, len(cells) * samples, have, have_from, explicit)  # before any video is opened
     planned, used = _cell_plans(kind, name, cells, samples, rates, spread)
     measured = measure(planned, cfg, name) if kind == "sweep" else None  # finished trials of this sweep, if any
+    for i in reused_cells([c.config for c in cells], cfg) if knowable else ():
+        planned[i].reused = planned[i].trials
     result = Plan(kind=kind, name=name, overrides=list(overrides), trials=sum(cp.trials for cp in planned),
                   cells=planned, resources=have, resources_from=have_from, concurrent_trials=slots,
                   concurrency_note=why, rate=None if used is None else asdict(used), spread=spread,
-                  gpu_hour_price=gpu_hour_price, not_included=[measured] if measured else list(NOT_INCLUDED))
+                  gpu_hour_price=gpu_hour_price, not_included=_not_included(measured, planned),
+                  reused=sum(cp.reused for cp in planned))
     if all(cp.trial_s is not None for cp in planned):
         _totals(result, samples)
+    if kind == "sweep":
+        result.seed_rounds = _seed_rounds(cfg.sweep, cells, planned, slots)
     return result
+
+
+def _seed_rounds(sweep, cells: Sequence[Cell], planned: Sequence[CellPlan], slots: int) -> Optional[Dict[str, Any]]:
+    """With seeds added while a comparison is open (`sweep.seeds`, raystream/tune/adaptive.py): the trials and wall
+    time when every comparison is settled by the first round (`min` seeds a cell), against the totals (every seed up
+    to `max`: the cells the plan lists, less the seeds past `max`). None without seed rounds."""
+    seeds, key = sweep.get("seeds") or {}, seed_axis(sweep.grid)
+    if seeds.get("min") is None or key is None:
+        return None
+    values = list(sweep.grid[key])
+    first, most = values[:int(seeds["min"])], values[:int(seeds["max"])]
+    def run(keep):
+        return [cp for cell, cp in zip(cells, planned) if cell.values.get(key) in keep and not cp.reused]
+    least, every = run(first), run(most)
+    out: Dict[str, Any] = {"key": key, "min": int(seeds["min"]), "max": int(seeds["max"]),
+                           "trials_at_least": len(least), "trials_at_most": len(every)}
+    if all(cp.trial_s is not None for cp in every):
+        out["wall_s_at_least"] = layout([cp.trial_s["estimate"] for cp in least], slots)
+        out["wall_s_at_most"] = layout([cp.trial_s["estimate"] for cp in every], slots)
+    return out
 
 
 # What the time of a trial leaves out (printed under the plan, `not_included` in its JSON).
 NOT_INCLUDED = (
     "each trial's start (Ray Train's workers, the model, the stream correlation) and the sweep's",
-    "evaluations and checkpoints (counts per trial above; `raystream bench --eval` times an evaluation worker)",
+    "evaluations and checkpoints (counts per trial above; a `raystream bench --json` file of this setting measures "
+    "them for --rate-from)",
     "trials an early-stopping scheduler (ASHA) ends before their last step",
     "data-parallel workers' gradient all-reduce (each worker taken to run at the measured clips/s)")
+# With a bench file that measured a trial's parts outside its steps (raystream/bench/trial_parts.py), the first two
+# are in the time; what is left of a trial's start:
+OUTSIDE_MEASURED = ("Ray's and MLflow's bookkeeping between a trial's processes (its process starts, build, stream "
+                    "correlation, evaluations and checkpoints are in the time, as the bench measured them)")
+
+
+def _not_included(measured: Optional[str], planned: Sequence[CellPlan]) -> List[str]:
+    """What the plan's time leaves out: nothing of a trial when finished trials measured it (`measured`, their
+    line), else what the rate's bench did not measure."""
+    if measured:
+        return [measured]
+    if planned and all(cp.outside_steps_s is not None for cp in planned):
+        return [OUTSIDE_MEASURED, *NOT_INCLUDED[2:]]
+    return list(NOT_INCLUDED)
 
 
 def _cell_plans(kind: str, name: str, cells: Sequence[Cell], samples: int, rates: Sequence[Rate],
@@ -270,10 +324,11 @@ def _totals(result: Plan, samples: int) -> None:
     """The sweep's wall time (its trials laid out on the concurrent slots in Tune's order: every cell, once per
     sample), its GPU-hours and, with a price, their cost; each as low, estimate and high."""
     planned = result.cells
-    order = [cp for _ in range(samples) for cp in planned]
+    order = [cp for _ in range(samples) for cp in planned if not cp.reused]  # a reused trial does not run
     result.wall_s = {k: layout([cp.trial_s[k] for cp in order], result.concurrent_trials)
                      for k in ("low", "estimate", "high")}
-    result.gpu_hours = {k: sum(cp.trials * cp.trial_s[k] * cp.demand.get("GPU", 0.0) for cp in planned) / 3600
+    result.gpu_hours = {k: sum((cp.trials - cp.reused) * cp.trial_s[k] * cp.demand.get("GPU", 0.0)
+                               for cp in planned) / 3600
                         for k in ("low", "estimate", "high")}
     if result.gpu_hour_price is not None:
         result.cost = {k: v * result.gpu_hour_price for k, v in result.gpu_hours.items()}

@@ -1,7 +1,7 @@
 """What `raystream plan` prints: a plan (plan.py's `Plan`, its arithmetic done there) as a few lines of text.
 
 The header (the command, its trials, the rate and the resources), one row per cell (trials, steps, batch, steps/s,
-the time of a trial's steps), the steps' and the rate's notes, then the wall time, GPU-hours and cost (or why there
+the time of a trial, or reused), the steps' and the rate's notes, then the wall time, GPU-hours and cost (or why there
 are none) and what the time leaves out.
 """
 
@@ -30,13 +30,24 @@ def _spread(values: Mapping[str, float], show) -> str:
     return f"{show(values['estimate'])} ({show(values['low'])} to {show(values['high'])})"
 
 
+def _seed_rounds_line(r: Mapping[str, Any]) -> str:
+    """The range of a sweep whose seeds are added while its comparison is open (sweep.seeds)."""
+    wall = (f", {_duration(r['wall_s_at_least'])} to {_duration(r['wall_s_at_most'])}"
+            if "wall_s_at_least" in r else "")
+    return (f"seed rounds ({r['key']}: {r['min']} seeds a cell, more while its comparison is open, up to "
+            f"{r['max']}): {r['trials_at_least']} to {r['trials_at_most']} trials to run{wall}; the totals below "
+            "count every seed up to the most")
+
+
 def text(p: Any) -> str:
     """What `raystream plan` prints, `p` being plan.py's Plan (not imported: plan.py imports this module)."""
     what = f"sweep {p.name}" if p.kind == "sweep" else "train"
     samples = p.cells[0].trials if p.cells else 0
     count = (f"{p.trials} trial{'s' if p.trials != 1 else ''}"
              + (f": {len(p.cells)} cells x {samples} sample{'s' if samples != 1 else ''}"
-                if p.kind == "sweep" else ""))
+                if p.kind == "sweep" else "")
+             + (f"; {p.reused} finished before with the same config: reused, not run, not in the totals"
+                if p.reused else ""))
     lines = [f"raystream plan: {what} ({count})" + (f"  [{' '.join(p.overrides)}]" if p.overrides else "")]
     if p.rate:
         r = p.rate
@@ -53,10 +64,12 @@ def text(p: Any) -> str:
                    f"({p.concurrency_note})")
     lines.append("")
     width = max([len(cp.label) for cp in p.cells] + [4])
-    lines.append(f"{'cell':<{width}}  {'trials':>6}  {'steps':>9}  {'batch':>11}  {'steps/s':>13}  trial's steps")
+    lines.append(f"{'cell':<{width}}  {'trials':>6}  {'steps':>9}  {'batch':>11}  {'steps/s':>13}  a trial")
     for cp in p.cells:
         rate = (f"{cp.steps_per_s['live']:.3g}-{cp.steps_per_s['memory']:.3g}" if cp.steps_per_s else "no rate")
         time_ = _spread(cp.trial_s, _duration) if cp.trial_s else "-"
+        if cp.reused:
+            time_ = "reused" if cp.reused == cp.trials else f"{time_}, {cp.reused} reused"
         lines.append(f"{cp.label or '-':<{width}}  {cp.trials:>6}  {cp.steps:>9}  "
                      f"{f'{cp.global_batch}/{cp.workers}w':>11}  {rate:>13}  {time_}")
     by = {b: sum(1 for cp in p.cells if cp.limited_by == b) for b in ("the stream", "trainer.max_steps")}
@@ -66,6 +79,8 @@ def text(p: Any) -> str:
                    f"{_range(cp.checkpoints for cp in p.cells)} checkpoint(s)")
     notes = sorted({cp.rate_note for cp in p.cells if cp.rate_note})
     lines += [f"rate: {n}" for n in notes]
+    if p.seed_rounds:
+        lines.append(_seed_rounds_line(p.seed_rounds))
     lines.append("")
     if p.wall_s is None:
         reasons = sorted({cp.no_rate for cp in p.cells if cp.no_rate})

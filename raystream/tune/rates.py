@@ -38,6 +38,8 @@ class Rate:
     date: str = ""
     source: str = ""
     order: Optional[str] = None  # the stream order of the live rate (decoding differs between orders)
+    trial_parts_s: Dict[str, float] = field(default_factory=dict)  # a trial outside its steps (bench/trial_parts.py)
+    trial_process_chain: int = 0  # processes a trial starts one after the other (bench's PROCESS_CHAIN)
 
     def setting(self) -> str:
         return (f"{self.scenario} {self.backbone} {self.frames_per_clip}x{self.resolution}px on {self.device}"
@@ -56,7 +58,8 @@ def from_bench(r: Mapping[str, Any], where: str, source: str, order: Optional[st
                     live_steps_per_s=None if live is None else float(live), optimizer=str(r.get("optimizer", "")),
                     optimizer_step_ms={str(k): float(v) for k, v in (r.get("optimizer_step_ms") or {}).items()},
                     device_name=str(r.get("device_name", "")), date=str(r.get("date", "")), source=source,
-                    order=order)
+                    order=order, trial_parts_s={str(k): float(v) for k, v in (r.get("trial_parts_s") or {}).items()},
+                    trial_process_chain=int(r.get("trial_process_chain") or 0))
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: a value of the wrong type ({exc})") from None
 
@@ -139,5 +142,17 @@ def step_seconds(rate: Rate, steps_per_s: float, batch_per_worker: int, optimize
     return seconds, "; ".join(notes)
 
 
+def outside_steps_s(rate: Rate, evaluations: int, checkpoints: int) -> Optional[float]:
+    """A trial's seconds outside its steps from the bench's `trial_parts_s` (raystream/bench/trial_parts.py): its
+    chain of process starts, the build, the stream correlation, `evaluations` evaluations and `checkpoints`
+    checkpoint saves; None when the rate's bench did not measure them (an older file, the shipped campaign)."""
+    parts = rate.trial_parts_s
+    if not parts:
+        return None
+    return (rate.trial_process_chain * parts.get("process_start", 0.0) + parts.get("build", 0.0)
+            + parts.get("correlation", 0.0) + evaluations * parts.get("evaluation", 0.0)
+            + checkpoints * parts.get("checkpoint", 0.0))
+
+
 __all__ = ["Rate", "SPREAD", "SHIPPED", "load_bench", "from_bench", "shipped", "rate_for", "optimizer_label",
-           "step_seconds"]
+           "step_seconds", "outside_steps_s"]

@@ -99,6 +99,12 @@ def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
     assert r["checks"]["device_stream"].startswith("passed") and r["checks"]["bf16_step"].startswith("passed")
     assert r["checks"]["compiled_step"].startswith("skipped: time budget")
     assert 0 < r["elapsed_s"] and r["time_budget_s"] == 300
+    # the parts of a trial outside its steps (raystream/bench/trial_parts.py), which `raystream plan` adds to a trial
+    parts = r["trial_parts_s"]
+    assert set(parts) == {"process_start", "build", "correlation", "evaluation", "checkpoint"}
+    assert all(v > 0 for v in parts.values()) and r["trial_parts_not_measured"] == {}, r
+    assert parts["correlation"] == r["phase_s"]["correlation"] and r["trial_process_chain"] == 3
+    assert "a trial outside its steps, s: process_start" in out.stdout
 
 
 @pytest.mark.parametrize("check", ["device_stream", "bf16_step"])

@@ -48,3 +48,20 @@ def test_a_bench_file_gives_its_rate_and_a_bad_one_is_named(tmp_path):
     path.write_text(json.dumps({**bench, "batch_size": "two"}))
     with pytest.raises(ValueError, match=f"--rate-from {path}: a value of the wrong type"):
         load_bench(str(path))
+
+
+def test_a_trial_outside_its_steps_is_the_benchs_parts_and_absent_without_them(tmp_path):
+    """rates.py `outside_steps_s`: the chain of process starts, the build, the correlation, each evaluation and
+    checkpoint, as raystream bench measured them (raystream/bench/trial_parts.py); an older bench file (or the shipped
+    campaign) has none, and the plan then says so."""
+    from raystream.tune.rates import outside_steps_s
+
+    bench = {"device": "cpu", "scenario": "videomae", "backbone": "tiny", "frames_per_clip": 4, "resolution": 32,
+             "batch_size": 2, "from_memory_steps_per_s": 4.0, "live_steps_per_s": 3.0, "trial_process_chain": 3,
+             "trial_parts_s": {"process_start": 5.0, "build": 2.0, "correlation": 4.0, "evaluation": 1.5,
+                               "checkpoint": 0.25}}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(bench))
+    rate = load_bench(str(path))
+    assert outside_steps_s(rate, evaluations=2, checkpoints=4) == pytest.approx(3 * 5.0 + 2.0 + 4.0 + 3.0 + 1.0)
+    assert all(outside_steps_s(r, 1, 1) is None for r in SHIPPED)

@@ -23,6 +23,7 @@ from raystream.data.decode.backends import open_scaled_reader
 from raystream.data.decode.frames import crop_square, square_resize
 from raystream.data.demo.render import PHOTOS, Sprites, digit_images, digit_pool, photo_strip
 from raystream.data.errors import DataError
+from raystream.data.named import uses_demo
 from raystream.data.stream.clips import ClipGeometry
 from raystream.data.videos.cache import NodeCache
 from raystream.data.videos.index import describe_videos
@@ -45,7 +46,7 @@ def load_probe_set(data_cfg, stream_cfg, eval_cfg) -> ProbeSet:
     dataset = eval_cfg.dataset
     limit = int(eval_cfg.max_probe_samples or 10 ** 9)  # null: every sample
     if dataset is None:
-        if data_cfg.videos is not None:
+        if not uses_demo(data_cfg):
             raise DataError("`eval.dataset` is not set: probing a model trained on your own videos needs a labelled "
                             "set (a folder of class sub-folders, or a CSV manifest with path,label)")
         return _demo_probe(data_cfg.demo, stream_cfg, limit)

@@ -56,3 +56,12 @@ def test_moving_digits_probe_is_learnable_from_pixels(tmp_path):
     assert p.num_classes == 10 and p.train_y.bincount().min() >= 10
     flat = lambda x: x.mean(1).flatten(1)  # noqa: E731
     assert knn_top1(flat(p.train_x), p.train_y, flat(p.test_x), p.test_y, p.num_classes) > 0.3
+
+
+def test_own_videos_without_a_probe_set_is_an_error_naming_eval_dataset(tmp_path):
+    """With videos of one's own (data.videos set: not the demo) there is no demo probe set to fall back on."""
+    from raystream.data import DataError
+
+    cfg = compose(TINY + [f"data.videos={tmp_path}", "eval.dataset=null"])
+    with pytest.raises(DataError, match=r"`eval.dataset` is not set: probing a model trained on your own videos"):
+        load_probe_set(cfg.data, cfg.stream, cfg.eval)

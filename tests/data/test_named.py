@@ -61,3 +61,22 @@ def test_the_cache_root_is_the_environment_s_else_the_home_cache(monkeypatch, tm
 def test_a_list_without_a_folder_is_named_by_its_count(tmp_path, spec):
     named = training_videos(_data(tmp_path, videos=spec))
     assert named.source == "." and named.name.endswith(f"({len(spec)} videos)")
+
+
+def test_the_cache_root_is_written_once_and_config_files_ask_it(monkeypatch):
+    """data/cache_root.py holds the rule ($RAYSTREAM_CACHE_DIR, else ~/.cache/raystream); the shipped config files
+    say `${raystream_cache_root:}` instead of spelling it, and resolve to what the rule says."""
+    from pathlib import Path
+
+    from raystream.config import compose
+
+    sweeps = Path(__file__).parents[2] / "sweeps"
+    spelled = [str(p) for p in sweeps.rglob("*.yaml") if "RAYSTREAM_CACHE_DIR" in p.read_text()
+               or ".cache/raystream" in p.read_text()]
+    assert spelled == []
+    monkeypatch.setenv("RAYSTREAM_CACHE_DIR", "/somewhere/cache")
+    cfg = compose(["+experiment=table1_mini", "data=registry_footage"])
+    assert cfg.scenario.backbone.init == "/somewhere/cache/starts/table1_start"
+    assert str(cfg.data.videos[0]).startswith("/somewhere/cache/footage/")
+    monkeypatch.delenv("RAYSTREAM_CACHE_DIR")
+    assert compose([]).data.demo.cache_dir == "~/.cache/raystream/demo"  # as written: its user expands it

@@ -3,12 +3,14 @@ that `ray.cluster_utils.AutoscalingCluster` configures) starts real Ray nodes as
 pending and removes them after `idle_timeout_minutes`.
 
 As on `cluster/aws.yaml`: a head that trains nothing (CPU 0, none of the GPU-like resource) and one worker type
-with a custom `gpu_like` resource standing in for a GPU, `min_workers: 0`, `max_workers: 3`. The autoscaling
+with a custom `gpu_like` resource standing in for a GPU, `min_workers: 0`, `max_workers: 2`. The autoscaling
 config sits where `ray up` puts it on a head, `~/ray_bootstrap_config.yaml` (HOME is a temp dir), and the head is
 started with `--autoscaling-config` pointing at it, as aws.yaml's `head_start_ray_commands` do.
-A 3-trial sweep whose Train workers each need one `gpu_like` unit runs on it (tests/e2e/autoscaling_driver.py):
-the sweep sizes its trials in flight from what the cluster can grow to (3), the pending trials make the autoscaler
-add nodes, at least 2 trials run at once, every trial finishes, and the nodes are removed after the idle timeout.
+A 2-trial sweep whose Train workers each need one `gpu_like` unit runs on it (tests/e2e/autoscaling_driver.py):
+the sweep sizes its trials in flight from what the cluster can grow to (2, where the head alone gives 1), the
+pending trials make the autoscaler add nodes, 2 trials run at once, every trial finishes, and the nodes are removed
+after the idle timeout (6 s: no node is idle before its trial, each trial having a node of its own). 2 nodes and
+2 trials show each of these as 3 did, for one node's Ray start and one trial's Train run less.
 The timeline (GPU-like nodes alive over time) is printed.
 The cluster is started by tests/local_cloud.py's `fake_autoscaling_cluster` (AutoscalingCluster's config and
 environment, without its `ray stop --force`).
@@ -31,8 +33,8 @@ from local_cloud import fake_autoscaling_cluster, fake_cluster_config, spawn, st
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
-IDLE_TIMEOUT_MIN = 0.25  # 15 s
-MAX_WORKERS = 3
+IDLE_TIMEOUT_MIN = 0.1  # 6 s
+MAX_WORKERS = 2
 DRIVER_TIMEOUT_S = 600
 
 
@@ -87,10 +89,10 @@ def test_sweep_scales_the_cluster_out_and_back_in(autoscaling_sweep, capsys):
         for t in r["trials"]:
             when = f"{t['started']:.1f}-{t['ended']:.1f} s" if t["started"] is not None else t["error"]
             print(f"  trial {t['id']}: {t['status']}, training {when}")
-    # Sized from what the cluster can grow to (3 nodes of 1 gpu_like), not from the head's 0 at the start.
+    # Sized from what the cluster can grow to (2 nodes of 1 gpu_like), not from the head's 0 at the start (1).
     assert r["in_flight"] == MAX_WORKERS
     assert r["timeline"][0]["gpu_like_nodes"] == []  # the cluster starts without a GPU-like node
-    assert [t["status"] for t in r["trials"]] == ["finished"] * 3, r["trials"]
+    assert [t["status"] for t in r["trials"]] == ["finished"] * MAX_WORKERS, r["trials"]
     peak = max(len(p["gpu_like_nodes"]) for p in r["timeline"])
     assert 2 <= peak <= MAX_WORKERS, r["timeline"]
     assert _max_overlap(r["trials"]) >= 2, r["trials"]

@@ -183,14 +183,20 @@ class MlflowServer:
 def mlflow_server(root: Path, env: Dict[str, str], artifacts_destination: str) -> Iterator[MlflowServer]:
     """`mlflow server` on 127.0.0.1 (sqlite backend under `root`, artifacts proxied to `artifacts_destination`,
     `--allowed-hosts` its own address), run with `env` (the object store's endpoint and credentials); stopped on
-    exit."""
+    exit.
+
+    Without MLflow's job execution (MLFLOW_SERVER_ENABLE_JOB_EXECUTION, on by default in MLflow 3.17): a job runner
+    and seven huey consumers, each a process importing MLflow, that serve MLflow's GenAI jobs, which raystream never
+    submits. On the loaded 2-core machine (2026-12-07) they doubled the server's CPU (28.7 CPU-s against 10.5 from
+    its start to a minute after /health answered) and its start (120 s to /health against 63)."""
     port = free_port()
     log = root / "mlflow.log"
     proc = spawn([str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
                   "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
                   "--artifacts-destination", artifacts_destination,
                   # as on the cluster (cluster/aws.yaml): only requests addressed to the server's own address
-                  "--allowed-hosts", f"127.0.0.1:{port},localhost:{port}"], env, log)
+                  "--allowed-hosts", f"127.0.0.1:{port},localhost:{port}"],
+                 {**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, log)
     uri = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: up(f"{uri}/health"), "mlflow server", [proc], [log], timeout_s=120)

@@ -2,7 +2,8 @@
 cluster, MLflow in sqlite): the end-to-end sweeps of tests/e2e share it and assert what their table holds. Each
 command is a CLI subprocess of its own, or, where a caller passes `in_process`'s `run` (tests/cli_driver.py),
 `raystream.cli.main` in the test's process, on the Ray cluster it holds: a driver process costs 5-15 CPU-seconds of
-imports, and one sweep (the regime's, tests/e2e/test_regime.py) runs both as subprocesses, as a user runs them."""
+imports. The regime's sweep (tests/e2e/test_regime.py) runs its report as a subprocess, as a user runs it (the suite's
+one `raystream report` process; `raystream sweep` runs as a process of its own in tests/e2e/test_e2e_sweep.py)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ def cli_env(**extra: str) -> dict:
 
 
 def sweep_and_report(tmp_path: Path, overrides: Sequence[str], env: dict, db: Path, experiment: str,
-                     trials: int = 2, cli: Optional[Callable] = None) -> Tuple[List, str, Set[str]]:
+                     trials: int = 2, cli: Optional[Callable] = None,
+                     report_process: bool = False) -> Tuple[List, str, Set[str]]:
     """(the trials' MLflow runs, the report's stdout, the report artifacts logged on the sweep's parent run).
-    `cli`: `in_process`'s `run`, to run both commands in this process (`env` then unused) instead of subprocesses."""
+    `cli`: `in_process`'s `run`, to run both commands in this process (`env` then unused) instead of subprocesses;
+    `report_process`: the report a subprocess all the same (in `env`)."""
     if cli is None:
         out = subprocess.run([sys.executable, "-m", "raystream.cli", "sweep", *overrides], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=600)
@@ -37,7 +40,7 @@ def sweep_and_report(tmp_path: Path, overrides: Sequence[str], env: dict, db: Pa
     runs = client.search_runs([exp.experiment_id], filter_string="tags.`raystream.role` = 'trial'")
     assert len(runs) == trials
     report, uri = ["report", "--experiment", experiment, "--out", str(tmp_path / "report")], f"sqlite:///{db}"
-    if cli is None:
+    if cli is None or report_process:
         rep = subprocess.run([sys.executable, "-m", "raystream.cli", *report], cwd=tmp_path,
                              env={**env, "MLFLOW_TRACKING_URI": uri}, capture_output=True, text=True, timeout=300)
     else:

@@ -40,12 +40,14 @@ def test_regime_sweep_plans_the_papers_comparison():
 
 
 @pytest.mark.slow
-def test_tiny_regime_sweep_end_to_end_with_its_matched_drift_report(tmp_path, ray_cluster):
+def test_tiny_regime_sweep_end_to_end_with_its_matched_drift_report(tmp_path, ray_cluster, monkeypatch, capfd):
     """3 trials of 3 steps on a short walking tour (Orthogonal-AdamW, seed 0: lr 1e-3 and 4e-3 along time, lr 1e-3
-    shuffled), on the session's Ray cluster (as `RAY_ADDRESS`: no Ray start per command): what the sweep records and
-    reports, not its figures (tests/train/test_correlation.py pins those). One sweep serves the regime's table and
-    the matched-drift instrument (issue 46): every trial logs drift/params beside each evaluation, and the report
+    shuffled), on the session's Ray cluster: `raystream sweep` in this process (`in_process`: no driver process of its
+    own; test_e2e_sweep.py runs one) and `raystream report` a subprocess, as a user runs it. What the sweep records
+    and reports, not its figures (tests/train/test_correlation.py pins those). One sweep serves the regime's table
+    and the matched-drift instrument (issue 46): every trial logs drift/params beside each evaluation, and the report
     prints the matched table and logs the drift plot with the gradient-cosine curves."""
+    from cli_driver import in_process
     from mlflow import MlflowClient
 
     db = tmp_path / "mlflow.db"
@@ -55,8 +57,11 @@ def test_tiny_regime_sweep_end_to_end_with_its_matched_drift_report(tmp_path, ra
                  "trainer.correlation_steps=1", "data.demo.frames_per_video=240", "eval.heldout_batches=1",
                  "eval.every=2", f"data.demo.cache_dir={tmp_path / 'demo'}", f"mlflow.tracking_uri=sqlite:///{db}",
                  "mlflow.experiment=regime-e2e", f"trainer.storage_path={tmp_path / 'results'}"]
-    trials, report, logged = sweep_and_report(tmp_path, overrides, cli_env(RAY_ADDRESS=ray_cluster), db,
-                                             "regime-e2e", trials=3)
+    for key, value in (("RAY_CHDIR_TO_TRIAL_DIR", "0"), ("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")):
+        monkeypatch.setenv(key, value)  # what the sweep sets in its process: undone when the test ends
+    with in_process(tmp_path, monkeypatch, capfd) as cli:
+        trials, report, logged = sweep_and_report(tmp_path, overrides, cli_env(), db, "regime-e2e", trials=3, cli=cli,
+                                                 report_process=True)
     client = MlflowClient(f"sqlite:///{db}")
     for run in trials:
         m = run.data.metrics

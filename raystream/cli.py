@@ -346,7 +346,7 @@ def sweep_main(cfg, overrides: Sequence[str] = (), verbose: bool = False) -> int
 
 def sweep_summary(outcome: "SweepOutcome") -> int:
     """Print how the sweep ended (the report table, then the MLflow UI lines; or what to run when the tracking store
-    did not answer) and return the exit code: 0, 1 (every trial failed, or records left unsent), 130 / 143
+    did not answer) and return the exit code: 0, 1 (every trial that ran failed, or records left unsent), 130 / 143
     (interrupted by Ctrl-C / SIGTERM)."""
     from raystream.study import report  # lazy: the sweep's part (see _dispatch)
     from raystream.tracking import ui  # lazy: as above
@@ -358,7 +358,8 @@ def sweep_summary(outcome: "SweepOutcome") -> int:
         print(f"sweep {outcome.run_name} interrupted ({outcome.signal}); run the same command again to resume it "
               f"(finished trials are kept)", file=sys.stderr)
         return 128 + int(getattr(signal, outcome.signal, signal.SIGINT))  # 130 (Ctrl-C) or 143 (SIGTERM)
-    print(f"sweep {outcome.run_name}: {len(outcome.trials) - len(outcome.failed)} trials finished, "
+    reused = f" ({outcome.reused} more reused: finished before)" if outcome.reused else ""
+    print(f"sweep {outcome.run_name}: {len(outcome.trials) - len(outcome.failed)} trials finished{reused}, "
           f"{len(outcome.failed)} failed, {outcome.seconds:.0f} s{' (resumed)' if outcome.resumed else ''}")
     for t in outcome.failed:
         print(f"  failed trial {t.trial_id} {t.cell}: {t.error}")
@@ -369,8 +370,9 @@ def sweep_summary(outcome: "SweepOutcome") -> int:
     report.main(parent=outcome.parent_run_id, tracking_uri=outcome.tracking_uri)
     print()
     print("\n".join(ui.open_lines(outcome.tracking_uri, outcome.experiment_id, outcome.run_name,
-                                  len(outcome.trials))), flush=True)
-    return 0 if len(outcome.failed) < len(outcome.trials) else 1
+                                  len(outcome.trials) + outcome.reused)), flush=True)
+    every_run_failed = bool(outcome.trials) and len(outcome.failed) == len(outcome.trials)
+    return 1 if every_run_failed else 0  # every trial reused: nothing ran, nothing failed
 
 
 def unsent_message(outcome: "SweepOutcome") -> str:

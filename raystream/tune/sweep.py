@@ -107,6 +107,7 @@ class SweepOutcome:
     tracking_error: str = ""
     signal: str = "SIGINT"  # what interrupted it (SIGTERM: a job scheduler, `timeout`), when it was interrupted
     status: str = "FINISHED"  # its parent run's end (sweep_status): KILLED when interrupted
+    reused: int = 0  # trials that finished before with the same identity: linked under the parent, not run
 
     @property
     def failed(self) -> List[TrialOutcome]:
@@ -120,13 +121,16 @@ class SweepOutcome:
 
 
 
-def sweep_status(trials: List[TrialOutcome], planned: int, signalled: bool) -> str:
+def sweep_status(trials: List[TrialOutcome], planned: int, signalled: bool, reused: int = 0) -> str:
     """The parent run's status: KILLED when a trial was cut short or a signal came before every planned trial was
     made (Tune makes trials as slots free up, so a signal just after one ends leaves the next unmade and every made
-    one ended), else FINISHED when a trial finished, else FAILED."""
-    if any(t.status == "unfinished" for t in trials) or (signalled and len(trials) < planned):
+    one ended; `reused` of the `planned` are not made: they finished before), else FINISHED when a trial finished
+    or every one was reused, else FAILED."""
+    if any(t.status == "unfinished" for t in trials) or (signalled and len(trials) < planned - reused):
         return "KILLED"
-    return "FINISHED" if any(t.status == "finished" for t in trials) else "FAILED"
+    if any(t.status == "finished" for t in trials) or (reused and not trials):
+        return "FINISHED"
+    return "FAILED"
 
 
 def run_sweep(cfg: DictConfig, overrides: Sequence[str] = (), *, fit: Optional[Callable] = None,
@@ -176,7 +180,7 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
         resumed, grid = _fit_trials(cfg, closing, received, lambda: _tuner(sweep, closing.parent, verbose))
         saved = _saved_trials(sweep.path.uri)
         trials = [_outcome(r, sweep.plan, saved) for r in grid]
-        status = sweep_status(trials, sweep.plan.num_trials, signalled=bool(received))
+        status = sweep_status(trials, sweep.plan.num_trials, signalled=bool(received), reused=len(sweep.reused))
         evals = sorted({k for t in trials for k in t.metrics if k.startswith(names.EVAL_PREFIX)})
         study = finish_study(sweep.uri, closing.parent, sweep.search, sweep.reused, sweep.plan.num_trials)
         for line in study:
@@ -189,7 +193,7 @@ def _run_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable
                         tracking_uri=sweep.uri, experiment=cfg.mlflow.experiment, resumed=resumed, trials=trials,
                         seconds=time.time() - started, experiment_id=closing.experiment_id,
                         unsent=closing.saved, tracking_error=error or "", signal=received.get("signal", "SIGINT"),
-                        status=status)
+                        status=status, reused=len(sweep.reused))
 
 
 def resolve_sweep(cfg: DictConfig, overrides: Sequence[str], fit: Optional[Callable]) -> Sweep:

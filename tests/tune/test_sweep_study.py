@@ -11,6 +11,7 @@ import ray.cloudpickle
 from mlflow import MlflowClient
 
 import tune_tiny_fit
+from raystream.cli import sweep_summary
 from raystream.config import compose
 from raystream.tune.identity import REUSED_FROM_TAG
 from raystream.tune.sweep import run_sweep
@@ -60,6 +61,14 @@ def test_a_sweep_extended_by_a_seed_runs_only_the_new_trials(local_ray, sweeps_d
     said = capsys.readouterr()
     assert "2 of 4 trials reused (finished before, same config), not run again" in said.out  # the summary
     assert "2 of 4 trials finished before with the same config: reused" in said.err  # before the trials run
+    # the first sweep again under another name: every trial reused, none run, and that is a success (exit 0)
+    again = ["sweep=tiny_study", "sweep.run_name=tiny_again"]
+    third = run_sweep(compose(again), again, fit=tune_tiny_fit.finish_at_once)
+    assert (third.trials, third.reused, third.status) == ([], 2, "FINISHED")
+    assert sweep_summary(third) == 0
+    said = capsys.readouterr().out
+    assert "sweep tiny_again: 0 trials finished (2 more reused: finished before), 0 failed" in said
+    assert "Compare the 2 trials in the MLflow UI" in said
 
 
 def test_a_resolved_comparison_stops_adding_seeds_within_the_budget(local_ray, sweeps_dir, mlflow_uri, tmp_path,

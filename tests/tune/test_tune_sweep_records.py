@@ -126,3 +126,5 @@ def test_a_signal_before_every_planned_trial_was_made_leaves_the_sweep_killed():
     assert sweep_status(done * 4, planned=4, signalled=True) == "FINISHED"  # the signal came after the end
     assert sweep_status([TrialOutcome("t1", {}, {}, "unfinished")], planned=1, signalled=True) == "KILLED"
     assert sweep_status([TrialOutcome("t1", {}, {}, "failed")], planned=1, signalled=False) == "FAILED"
+    assert sweep_status([], planned=2, signalled=False, reused=2) == "FINISHED"  # every trial reused: none ran
+    assert sweep_status(done, planned=4, signalled=True, reused=3) == "FINISHED"  # the one to run ended

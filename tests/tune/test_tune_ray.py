@@ -23,14 +23,19 @@ from raystream.tune.sweep import run_sweep
 
 pytestmark = pytest.mark.slow
 
-SWEEP = """name: tiny_asha
+# 3 steps, ASHA's rungs at iterations 1 and 2: every trial's first loss is the same (the weights start at zero), so
+# the first trial to train sets the bar at rung 2 and a trial of a smaller lr stops there (Optuna's seeded lrs:
+# adamw 2.3e-3, then orthogonal_adamw 1.1e-3, stopped at iteration 2 of 3 on 2026-12-07). Tune takes a trial's
+# results one at a time, in order, so the stop is decided on iteration 2 even where the worker has run on.
+MAX_STEPS = 3
+SWEEP = f"""name: tiny_asha
 grid:   # (tune_tiny_fit trains with SGD whatever the name; orthogonal_sgd's trial fails before its Train run)
   optimizer.name: [adamw, orthogonal_adamw, orthogonal_sgd, sgd]
 sample:
   optimizer.lr: loguniform(1e-4, 3e-2)
 num_samples: 1   # grid x num_samples per cell is test_tune_space's; 3 trials train: one stopped, one after it
 fixed:
-  trainer.max_steps: 6
+  trainer.max_steps: {MAX_STEPS}
   trainer.log_every: 300   # tune_tiny_fit: ms between steps, so stopping early saves time
 scheduler: asha
 max_concurrent_trials: 1   # one at a time: trials report in a fixed order, so ASHA's decisions are deterministic
@@ -66,8 +71,8 @@ def test_optuna_asha_sweep_releases_stopped_trials_workers(local_ray, sweeps_dir
     assert [t.status for t in outcome.trials] == ["finished", "finished", "failed", "finished"]  # in the order run
     trained = [t for t in outcome.trials if t.status == "finished"]
     iterations = [t.metrics["training_iteration"] for t in trained]  # in the order they ran
-    assert min(iterations) < 6 <= max(iterations), iterations  # ASHA stopped some early
-    assert min(iterations[:-1]) < 6, iterations  # a trial ran after a stopped one (its workers were given back)
+    assert min(iterations) < MAX_STEPS <= max(iterations), iterations  # ASHA stopped some early
+    assert min(iterations[:-1]) < MAX_STEPS, iterations  # a trial ran after a stopped one (its workers were given back)
     per_cell = sorted(t.config["optimizer.name"] for t in trained)
     assert per_cell == ["adamw", "orthogonal_adamw", "sgd"]
 
@@ -81,7 +86,7 @@ def test_optuna_asha_sweep_releases_stopped_trials_workers(local_ray, sweeps_dir
     # stopped FAILED when the stop reaches its `except` before its actor ends, else leaves it RUNNING: which, depends
     # on timing. raystream's own fit is not that stand-in.
     (failed,) = outcome.failed
-    stopped = {t.trial_id for t in trained if t.metrics["training_iteration"] < 6}
+    stopped = {t.trial_id for t in trained if t.metrics["training_iteration"] < MAX_STEPS}
     failed_runs = {c.data.tags["raystream.trial_id"] for c in children if c.info.status == "FAILED"}
     assert failed_runs - stopped == {failed.trial_id}, (failed_runs, stopped)
     for t in trained:  # the sampled lr each trial ran with is the one in its MLflow child run
@@ -90,7 +95,7 @@ def test_optuna_asha_sweep_releases_stopped_trials_workers(local_ray, sweeps_dir
         assert float(child.data.params["optimizer.lr"]) == pytest.approx(t.config["optimizer.lr"])
         assert child.data.tags["raystream.grid.optimizer.name"] == t.config["optimizer.name"]
         assert child.info.run_name == _run_name(t.config)  # named by its grid and sampled values
-        assert child.info.status == "FINISHED" or t.metrics["training_iteration"] < 6, (child.info, t.metrics)
+        assert child.info.status == "FINISHED" or t.metrics["training_iteration"] < MAX_STEPS, (child.info, t.metrics)
 
     # The trial that failed before its Train run existed: a FAILED child run, named by its grid values.
     assert failed.cell == {"optimizer.name": "orthogonal_sgd"}, failed.cell

@@ -8,9 +8,10 @@ cell is excluded (`sweep.exclude`: one failing trial shows what two did, for a t
 trials train and 1 fails once its Train run has started (its loss is NaN at step 0; a corrupt video, or a checkpoint
 that does not fit the model, would now stop the whole sweep before Ray starts). It runs one trial at a time, is
 stopped with SIGTERM (a job scheduler, `timeout`; raystream handles it as Ctrl+C, with the signal named) once the
-first trial has finished, waits, and is started again with the same command, which resumes it: on the session's Ray
-cluster (`RAY_ADDRESS`, as a user resumes on a cluster; the interrupt is the one that stops a local Ray of the
-sweep's own, the resume needs no Ray start of its own: tests/e2e/test_e2e_s3.py resumes on a local one).
+first trial has finished and the second has opened its child run, waits, and is started again with the same command,
+which resumes it: on the session's Ray cluster (`RAY_ADDRESS`, as a user resumes on a cluster; the interrupt is the
+one that stops a local Ray of the sweep's own, the resume needs no Ray start of its own: tests/e2e/test_e2e_s3.py
+resumes on a local one).
 """
 
 from __future__ import annotations
@@ -74,24 +75,24 @@ def sweep(tmp_path_factory, ray_cluster):
     cmd = [sys.executable, "-m", "raystream.cli", "sweep", *OVERRIDES]
     db = tmp / "mlflow.db"
 
-    # Phase 1: run until the first trial's MLflow child run is FINISHED, then SIGTERM.
+    # Phase 1: run until the second trial has its MLflow child run, then SIGTERM. A trial writes its run file
+    # (raystream_run.json, in its run directory) once its child run is open, before its Train run's processes
+    # start; trials run one at a time, so the first has finished by then. The second is interrupted as soon as it
+    # shows what an interrupted trial does (it goes on in the child run it had), and before its Train run costs
+    # anything the resume does again. A glob every 0.5 s: no MLflow store opened per poll.
     t0 = time.time()
     log1 = open(tmp / "phase1.log", "w")
     proc = subprocess.Popen(cmd, cwd=tmp, env=_env(tmp), stdout=log1, stderr=subprocess.STDOUT)
-    first = None
-    while time.time() - t0 < 400 and proc.poll() is None and first is None:
-        time.sleep(3)
-        if db.exists():
-            try:
-                done = [r for r in _children(MlflowClient(f"sqlite:///{db}")) if r.info.status == "FINISHED"]
-            except Exception:  # the store is still being created
-                done = []
-            first = done[0] if done else None
-    assert first is not None, (tmp / "phase1.log").read_text()[-3000:]
+    run_files = tmp / "raystream_results"
+    while time.time() - t0 < 400 and proc.poll() is None and len(list(run_files.glob("*/raystream_run.json"))) < 2:
+        time.sleep(0.5)
     proc.send_signal(signal.SIGTERM)
     rc1 = proc.wait(timeout=180)
     phase1 = time.time() - t0
     client = MlflowClient(f"sqlite:///{db}")
+    done = [r for r in _children(client) if r.info.status == "FINISHED"]
+    assert len(done) == 1, (tmp / "phase1.log").read_text()[-3000:]
+    first = done[0]
     after_interrupt = {r.info.run_id: (r.info.status, r.data.tags.get("raystream.error", ""))
                        for r in _children(client)}
     parent_after_interrupt = client.get_run(first.data.tags["mlflow.parentRunId"])
@@ -214,6 +215,7 @@ def test_an_interrupt_leaves_no_trial_running_and_the_pause_is_not_counted(sweep
     assert parent_then.data.tags["raystream.error"].startswith("interrupted (SIGTERM"), parent_then.data.tags
     statuses = [status for status, _ in sweep["after_interrupt"].values()]
     assert "RUNNING" not in statuses, sweep["after_interrupt"]
+    assert sorted(statuses) == ["FINISHED", "KILLED"], sweep["after_interrupt"]  # the second stopped in its child run
     for status, error in sweep["after_interrupt"].values():  # the stopped trial: interrupted, not ActorDiedError
         assert status != "KILLED" or error.startswith("interrupted (SIGTERM"), sweep["after_interrupt"]
     assert not sweep["locked_after_interrupt"], "the sweep lock was not given back"

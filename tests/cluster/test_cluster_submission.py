@@ -89,7 +89,7 @@ def local_cluster():
         procs.append(spawn([
             str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(mlflow_port), "--workers", "1",
             "--backend-store-uri", f"sqlite:///{root}/mlflow.db", "--artifacts-destination", f"file://{root}/artifacts",
-        ], env, mlflow_log))
+        ], {**env, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, mlflow_log))  # no GenAI job runner (local_cloud.py)
         procs.append(spawn([
             str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
             f"--port={free_port()}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash_port}",

@@ -5,9 +5,12 @@ its steps alone took 353 s here).
     trial_parts_s: {process_start, build, correlation, evaluation, checkpoint}    seconds, each measured once
 
 - process_start: a fresh Python process importing what a trial's worker imports (raystream's training loop: torch,
-  Ray Train where it is installed, raystream). A trial on Ray Tune and Train starts such processes one after the
-  other before its first step: its trainable, its Train controller, then its workers (side by side), so a plan
-  counts PROCESS_CHAIN of them;
+  Ray Train where it is installed, raystream). A trial on Ray Tune and Train starts 7 processes that each import Ray
+  Train before its first step: the Tune trainable, the Train controller, its placement-group cleaner, queue,
+  synchronization and dataset actors, and the worker(s); on a node of few cores (2 here, 2 trials at a time) they
+  start one after another, so a plan counts PROCESS_CHAIN of them. Counting the trainable and the controller only
+  (3 with the worker) planned a 4-trial sweep here at 42 s against its parent run's 125 s (2026-12-07, alone): the
+  helper actors and Ray's scheduling between them were most of a small trial;
 - build: the worker's model, optimizer and stream, as bench's Trainee builds them;
 - correlation: the stream correlation a run measures before step 0, at the config's `trainer.correlation_steps`
   pairs (bench's correlation phase; 0 pairs: 0 s);
@@ -28,7 +31,7 @@ from typing import Any, Dict, Tuple
 from raystream.eval.shard import Shard
 from raystream.train.evaluator import Evaluator
 
-PROCESS_CHAIN = 3  # processes a trial starts one after the other: trainable, Train controller, workers
+PROCESS_CHAIN = 7  # processes a trial starts, each importing Ray Train: trainable, controller, 4 helpers, worker
 WORKER_IMPORT = "import raystream.train.loop"  # what a trial's worker process imports (torch, Ray Train, raystream)
 WITHOUT_RAY = "import raystream.bench.trainee"  # the same less Ray, on a machine without Ray (a GPU node's bench)
 

@@ -103,7 +103,7 @@ def test_bench_writes_consistent_figures_without_ray_or_mlflow(demo):
     parts = r["trial_parts_s"]
     assert set(parts) == {"process_start", "build", "correlation", "evaluation", "checkpoint"}
     assert all(v > 0 for v in parts.values()) and r["trial_parts_not_measured"] == {}, r
-    assert parts["correlation"] == r["phase_s"]["correlation"] and r["trial_process_chain"] == 3
+    assert parts["correlation"] == r["phase_s"]["correlation"] and r["trial_process_chain"] == 7
     assert "a trial outside its steps, s: process_start" in out.stdout
 
 

@@ -60,7 +60,7 @@ def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path)
             ], env, tmp_path / "neighbour.log")
             wait_for(driver, tmp_path / "train.err",
                      lambda: (ray_tmp / "ray" / "ray_current_cluster").exists() and up(f"http://127.0.0.1:{dash}"),
-                     180, "the neighbour cluster up and recorded as the host's current cluster", poll_s=0.5)
+                     400, "the neighbour cluster up and recorded as the host's current cluster", poll_s=0.5)
             time.sleep(NEIGHBOUR_WATCH_S)
             processes.note()
             paused.unlink()

@@ -112,6 +112,17 @@ def finished_trials(client, experiment_id: str, configs: Sequence[Mapping[str, A
     return found
 
 
+def find_reused(client, experiment_id: str, the_plan: Any) -> Dict[int, Any]:
+    """cell index -> a FINISHED trial run in the experiment with the cell's identity, for a sweep plan
+    (raystream/tune/space.py `SweepPlan`). Only a sweep whose trials are its cells (no sampled axes, one sample a
+    cell) can know a trial's identity before it runs. The sweep (study_search.py) and its plan (plan_measured.py)
+    both ask here."""
+    if the_plan.sample or the_plan.num_samples != 1:
+        return {}
+    found = finished_trials(client, experiment_id, [c.config for c in the_plan.cells])
+    return {i: run for i, run in enumerate(found) if run is not None}
+
+
 def _finished_trial_runs(client, experiment_id: str) -> List[Any]:
     query = (f"tags.`{names.ROLE_TAG}` = '{names.ROLE_TRIAL}' and attributes.status = 'FINISHED'")
     runs, token = [], None

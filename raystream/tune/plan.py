@@ -12,10 +12,10 @@ decoding a frame, it works out:
   cluster-launcher YAML's node types at their `max_workers` (`--cluster`, `capacity.max_resources`), or this
   machine; never more than `sweep.max_concurrent_trials` when that is set;
 - each trial's time: its training steps at a measured rate, plus its parts outside the steps where the rate's
-  bench measured them (start, correlation, evaluations, checkpoints: rates.py `outside_steps_s`): a `raystream bench --json` file of the user's node
-  (`--rate-from`), else the shipped H200 figures of the paper presets (rates.py SHIPPED, from the campaign file
-  raystream/bench/h200_campaign.json); then the sweep's wall time (the trials laid out on the concurrent slots in
-  order), its GPU-hours and their cost at `--gpu-hour-price`.
+  bench measured them (start, correlation, evaluations, checkpoints: rates.py `outside_steps_s`); the rate from a
+  `raystream bench --json` file of the user's node (`--rate-from`), else the shipped H200 figures of the paper
+  presets (rates.py SHIPPED, from the campaign file raystream/bench/h200_campaign.json); then the sweep's wall
+  time (the trials laid out on the concurrent slots in order), its GPU-hours and their cost at `--gpu-hour-price`.
 
 The rate model. A bench measures steps/s at one per-worker batch b0 on one device, from batches held in memory and
 from the live stream (decoding included). A trial of per-worker batch b (global batch / workers) is taken to run
@@ -201,13 +201,12 @@ def _time(cp: CellPlan, rate: Rate, spread: float, order: str) -> None:
                   "high": (cp.steps * max(memory, live) + extra) * spread}
 
 
-def _cells(kind: str, cfg, overrides: Sequence[str]) -> Tuple[str, List[Cell], int, bool]:
-    """(the name, the cells, the samples of each, whether a trial's identity is known before it runs: one trial a
-    cell, no sampled axes, as the sweep's reuse needs)."""
+def _cells(kind: str, cfg, overrides: Sequence[str]) -> Tuple[str, List[Cell], int, Optional[SweepPlan]]:
+    """(the name, the cells, the samples of each, the sweep's plan: None for `train`)."""
     if kind == "train":
-        return "train", [Cell(index=0, values={}, config=OmegaConf.to_container(cfg, resolve=True))], 1, False
+        return "train", [Cell(index=0, values={}, config=OmegaConf.to_container(cfg, resolve=True))], 1, None
     the_plan: SweepPlan = sweep_plan(cfg, overrides)
-    return the_plan.name, the_plan.cells, the_plan.num_samples, not the_plan.sample and the_plan.num_samples == 1
+    return the_plan.name, the_plan.cells, the_plan.num_samples, the_plan
 
 
 def make_plan(kind: str, cfg, overrides: Sequence[str] = (), *, gpus: Optional[int] = None,
@@ -220,12 +219,12 @@ def make_plan(kind: str, cfg, overrides: Sequence[str] = (), *, gpus: Optional[i
         raise ConfigError(f"--spread {spread:g}: expected a factor >= 1")
     rates: Tuple[Rate, ...] = (load_bench(rate_from),) if rate_from else SHIPPED
     have, have_from = resources(gpus, cpus, cluster)  # bad files fail before any video is opened
-    name, cells, samples, knowable = _cells(kind, cfg, overrides)
+    name, cells, samples, the_plan = _cells(kind, cfg, overrides)
     explicit = None if kind == "train" else cfg.sweep.max_concurrent_trials
     slots, why = concurrency(cells, len(cells) * samples, have, have_from, explicit)  # before any video is opened
     planned, used = _cell_plans(kind, name, cells, samples, rates, spread)
     measured = measure(planned, cfg, name) if kind == "sweep" else None  # finished trials of this sweep, if any
-    for i in reused_cells([c.config for c in cells], cfg) if knowable else ():
+    for i in reused_cells(the_plan, cfg) if the_plan is not None else ():
         planned[i].reused = planned[i].trials
     result = Plan(kind=kind, name=name, overrides=list(overrides), trials=sum(cp.trials for cp in planned),
                   cells=planned, resources=have, resources_from=have_from, concurrent_trials=slots,

@@ -1,28 +1,29 @@
 """What the plan of a sweep learns from its MLflow experiment (issue 68): which of its trials finished already (the
 sweep reuses them: they cost nothing), and each trial's wall time as the finished trials of the sweep ran it.
 
-When a sweep is extended or resumed, the trials of it that finished give each trial's wall time as it ran (its start, the stream correlation, evaluations and checkpoints
-included), which the rate of the training steps alone leaves out (a 10-trial sweep planned at 6.3 s took 353 s).
+When a sweep is extended or resumed, the trials of it that finished give each trial's wall time as it ran (its
+start, the stream correlation, evaluations and checkpoints included), which the rate of the training steps alone
+leaves out (a 10-trial sweep planned at 6.3 s took 353 s).
 
 `measure(planned, cfg, name)` reads the FINISHED trial runs of sweep `name` in the config's MLflow experiment (its
 tracking store only when it exists: planning creates no store) and sets each cell's `trial_s` from them: a trial
 of a cell of `s` steps takes the measured trials' wall times x s / their steps (low, median, high; their steps:
-`steps_done`, else `trainer.max_steps`; when a trial's are unknown, each trial is taken to take a measured time). Reused trials' links are not counted (they did not run
-here). No finished trial: the plan keeps the rate's time.
+`steps_done`, else `trainer.max_steps`; when a trial's are unknown, each trial is taken to take a measured time).
+Reused trials' links are not counted (they did not run here). No finished trial: the plan keeps the rate's time.
 
-`reused_cells(planned_configs, cfg)`: the cells a sweep would reuse, found as the sweep finds them
-(raystream/tune/identity.py `finished_trials`: a FINISHED trial of the same identity in the experiment).
+`reused_cells(the_plan, cfg)`: the cells the sweep would reuse, found as the sweep finds them
+(raystream/tune/identity.py `find_reused`: a FINISHED trial of the same identity in the experiment).
 """
 
 from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, List, Optional, Sequence, Set, Tuple
 
 from raystream.tracking import names
 from raystream.tracking.store import tracking_uri
-from raystream.tune.identity import REUSED_FROM_TAG, finished_trials
+from raystream.tune.identity import REUSED_FROM_TAG, find_reused
 
 SQLITE = "sqlite:///"
 
@@ -37,14 +38,11 @@ def _client(uri: str):
     return MlflowClient(uri)
 
 
-def reused_cells(configs: Sequence[Mapping[str, Any]], cfg) -> Set[int]:
-    """Indexes of `configs` (one trial each) that a FINISHED trial of the config's MLflow experiment ran already."""
+def reused_cells(the_plan: Any, cfg) -> Set[int]:
+    """Indexes of the sweep plan's cells that a FINISHED trial of the config's MLflow experiment ran already."""
     client = _client(tracking_uri(cfg))
     found = client.get_experiment_by_name(str(cfg.mlflow.experiment)) if client is not None else None
-    if found is None:
-        return set()
-    runs = finished_trials(client, found.experiment_id, configs)
-    return {i for i, run in enumerate(runs) if run is not None}
+    return set() if found is None else set(find_reused(client, found.experiment_id, the_plan))
 
 
 def finished_walls(uri: str, experiment: str, sweep: str) -> List[Tuple[float, float]]:

@@ -2,7 +2,7 @@
 search algorithm of the rest (every grid cell x Optuna, or seeds round by round for a comparison), kept within the
 budget, and the lines and params that say so.
 
-    reused = find_reused(client, experiment_id, the_plan)      # before the Tuner: finished trials, same identity
+    reused = identity.find_reused(client, experiment_id, the_plan)  # before the Tuner: finished, same identity
     links = link_reused(client, reused, parent_id, tags_of)    # each shown under the new parent run
     search = search_algorithm(cfg, the_plan, reused, estimates)
     ...tuner.fit()...
@@ -50,15 +50,6 @@ def budget_estimates(cfg, overrides: Sequence[str]) -> Optional[List[float]]:
     if note:
         print(f"raystream: {note}", file=sys.stderr, flush=True)
     return plan_estimates(p.cells)
-
-
-def find_reused(client, experiment_id: str, the_plan: SweepPlan) -> Dict[int, Any]:
-    """cell index -> a FINISHED trial run in the experiment with the cell's identity. Only a sweep whose trials
-    are its cells (no sampled axes, one sample a cell) can know a trial's identity before it runs."""
-    if the_plan.sample or the_plan.num_samples != 1:
-        return {}
-    found = identity.finished_trials(client, experiment_id, [c.config for c in the_plan.cells])
-    return {i: run for i, run in enumerate(found) if run is not None}
 
 
 def link_reused(client, reused: Mapping[int, Any], parent_run_id: str,
@@ -135,7 +126,7 @@ def prepare_search(cfg, the_plan: SweepPlan, uri: str, parent_run_id: str, estim
 
     client = mlflow_client(uri)
     experiment_id = retry(lambda: client.get_run(parent_run_id), "get parent run").info.experiment_id
-    reused = retry(lambda: find_reused(client, experiment_id, the_plan), "find finished trials")
+    reused = retry(lambda: identity.find_reused(client, experiment_id, the_plan), "find finished trials")
     if reused:
         retry(lambda: link_reused(client, reused, parent_run_id, tags_of), "link reused trials")
         print(f"sweep {the_plan.name}: {len(reused)} of {the_plan.num_trials} trials finished before with the same "

@@ -13,7 +13,8 @@ from raystream.tune.adaptive import SeedSearcher
 from raystream.tune.budget_search import BudgetSearcher
 from raystream.tune.searcher import CELL_KEY, GridOptunaSearcher
 from raystream.tune.space import plan
-from raystream.tune.study_search import (budget_estimates, find_reused, link_reused, parent_metrics, search_algorithm,
+from raystream.tune.identity import find_reused
+from raystream.tune.study_search import (budget_estimates, link_reused, parent_metrics, search_algorithm,
                                          summary_lines)
 from test_identity import _store_trial
 

@@ -127,11 +127,11 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
                                                   steps, budget, figures)
     phases.done("model_compile")
     configured = int(cfg.data.decode_workers or default_decode_workers())
-    live = _live_phase(result, trainee, meter, held, configured, steps, budget, figures)
+    live, checkpoint_s = _live_phase(result, trainee, meter, held, configured, steps, budget, figures)
     phases.done("live_and_checkpoint")
     pairs = int(cfg.trainer.correlation_steps)  # 0: a run measures no correlation
     result.update(trial_parts.parts(trainee, build_s, phases.seconds["correlation"] if pairs else 0.0,
-                                    result.pop("checkpoint_s"), budget.left()))
+                                    checkpoint_s, budget.left()))
     phases.done("trial_parts")
     gc.collect()
     result.update(optimizer_phase(trainee, cfg.optimizer, steps, budget, (allowed, why_not)))
@@ -146,17 +146,18 @@ def run(cfg, *, device: Optional[str] = None, steps: int = 20, time_budget: floa
 
 
 def _live_phase(result: Dict[str, Any], trainee: Trainee, meter: memory.PeakMemory, held: throughput.Rate,
-                configured: int, steps: int, budget: Budget, figures) -> throughput.Rate:
+                configured: int, steps: int, budget: Budget, figures) -> Tuple[throughput.Rate, float]:
     """Live steps with the configured decode workers and one checkpoint save (`training_phase`): their figures
-    beside the from-memory ones into `result`; the live Rate. `figures(steps_per_s)`: a rate's FLOP figures."""
+    beside the from-memory ones into `result`; (the live Rate, the save's seconds). `figures(steps_per_s)`: a
+    rate's FLOP figures."""
     peak, (live, (checkpoint_bytes, checkpoint_s)) = training_phase(trainee, meter, steps, budget)
-    result.update(checkpoint_s=checkpoint_s, from_memory_steps_per_s=held.steps_per_s, from_memory_clips_per_s=held.clips_per_s,
+    result.update(from_memory_steps_per_s=held.steps_per_s, from_memory_clips_per_s=held.clips_per_s,
                   live_steps_per_s=live.steps_per_s, live_clips_per_s=live.clips_per_s,
                   live_over_memory=live.steps_per_s / held.steps_per_s, live_decode_workers=configured,
                   from_memory_timed_steps=held.steps, live_timed_steps=live.steps, checkpoint_bytes=checkpoint_bytes,
                   peak_memory_how=meter.how, **peak.figures(""), **_prefixed("from_memory_", figures(held.steps_per_s)),
                   **_prefixed("live_", figures(live.steps_per_s)))
-    return live
+    return live, checkpoint_s
 
 
 def optimizer_phase(trainee: Trainee, opt_cfg, steps: int, budget: Budget,

@@ -75,7 +75,8 @@ def table(r: Dict[str, Any]) -> str:
     lines += ["", *memory_lines(r),
               "checks: " + "; ".join(f"{k} {v}" for k, v in r["checks"].items()),
               "phases, s: " + ", ".join(f"{k} {v:.1f}" for k, v in r.get("phase_s", {}).items()),
-              "a trial outside its steps, s: " + ", ".join(f"{k} {v:.1f}" for k, v in r.get("trial_parts_s", {}).items())
+              "a trial outside its steps, s: "
+              + ", ".join(f"{k} {v:.1f}" for k, v in r.get("trial_parts_s", {}).items())
               + "".join(f"; {k} not measured: {v}" for k, v in r.get("trial_parts_not_measured", {}).items()),
               f"{r['elapsed_s']:.0f} s of a {r['time_budget_s']:.0f} s budget"]
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """The parts of a trial that are not its steps, measured so that `raystream plan` can add them to a trial's time
-(issue 68; raystream/tune/rates.py `outside_steps_s`): a small trial spends most of its wall time outside its steps (a 10-trial sweep planned at 6.3 s from
-its steps alone took 353 s here).
+(issue 68; raystream/tune/rates.py `outside_steps_s`): a small trial spends most of its wall time outside its steps
+(a 10-trial sweep planned at 6.3 s from its steps alone took 353 s here).
 
     trial_parts_s: {process_start, build, correlation, evaluation, checkpoint}    seconds, each measured once
 

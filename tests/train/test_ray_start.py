@@ -27,6 +27,10 @@ from ray_env import RAY_TEST_ENV
 pytestmark = pytest.mark.slow  # a CLI run on its own local cluster, and a second cluster beside it
 
 NEIGHBOUR_WATCH_S = 6.0  # Ray's cleaner asks about the controller about once a second: six chances to get it wrong
+# `ray start` gives its raylet 30 s to register with its GCS (Ray's own limit) and exits when it does not: on 2 loaded
+# cores it sometimes does not (a fresh clone's suite, 2026-12-07). The neighbour is started again then, so the test
+# says whether the run survives a neighbour, not whether Ray starts under load; one that exits is seen at once.
+NEIGHBOUR_TRIES = 3
 
 
 def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path):
@@ -50,17 +54,26 @@ def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path)
             processes = RunProcesses(driver.pid, mark)  # not by RAY_TMPDIR: the neighbour shares it
             wait_for(driver, tmp_path / "train.err", lambda: processes.note() or paused.exists(), 300,
                      "the run paused before step 2")
-            neighbour = spawn([
+            command = [
                 str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
                 "--num-cpus=0", "--num-gpus=0", f"--object-store-memory={100 * 1024 ** 2}", "--include-dashboard=true",
                 "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
                 f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
                 f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}",
                 "--disable-usage-stats",
-            ], env, tmp_path / "neighbour.log")
-            wait_for(driver, tmp_path / "train.err",
-                     lambda: (ray_tmp / "ray" / "ray_current_cluster").exists() and up(f"http://127.0.0.1:{dash}"),
-                     400, "the neighbour cluster up and recorded as the host's current cluster", poll_s=0.5)
+            ]
+            log = tmp_path / "neighbour.log"
+            for _ in range(NEIGHBOUR_TRIES):
+                neighbour = spawn(command, env, log)
+                wait_for(driver, tmp_path / "train.err",
+                         lambda n=neighbour: n.poll() is not None or (
+                             (ray_tmp / "ray" / "ray_current_cluster").exists() and up(f"http://127.0.0.1:{dash}")),
+                         400, "the neighbour cluster up and recorded as the host's current cluster", poll_s=0.5)
+                if neighbour.poll() is None:
+                    break
+                stop(neighbour, grace_s=5)  # what its failed start left of its group
+            assert neighbour.poll() is None, (f"`ray start` of the neighbour failed {NEIGHBOUR_TRIES} times; the "
+                                              f"last: {log.read_text()[-3000:]}")
             time.sleep(NEIGHBOUR_WATCH_S)
             processes.note()
             paused.unlink()

@@ -156,8 +156,10 @@ class _Child:
         try:
             socket.send_fds(self.sock, [message], [fd])
         except OSError as exc:
-            if self.proc.poll() is not None:
-                return  # the child is gone: its answer thread fails the job, saying how it ended
+            # The child is gone (a closed peer: it is exiting, perhaps not yet reaped): its answer thread fails the
+            # job, saying how it ended.
+            if isinstance(exc, (BrokenPipeError, ConnectionResetError)) or self.proc.poll() is not None:
+                return
             with self.lock:  # alive, but the job did not go (a descriptor too large for one message)
                 self.pending.pop(job.id, None)
             self.owner.finish(pending, DataError(

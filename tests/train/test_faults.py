@@ -1,6 +1,7 @@
 """The fault-injection hooks (raystream/train/faults.py): the failure fires once per run on the chosen rank; the
 pause holds rank 0 before its step until the test removes the pause file. Then, through real runs paused at a known
-step: a tracking outage, SIGTERM, a storage path that fails mid-run, and the listeners of a local run."""
+step: a tracking outage, SIGTERM and a storage path that fails mid-run (a local run's listeners and its skipped
+corrupt video: tests/train/test_ray_start.py)."""
 
 import pytest
 
@@ -250,65 +251,3 @@ def _local(path):
     import pyarrow.fs
 
     return pyarrow.fs.LocalFileSystem(), str(path)
-
-
-@pytest.mark.slow
-def test_a_local_run_listens_on_loopback_only(tiny_overrides, workdir):
-    """`raystream train` with 2 workers on a local Ray (no RAY_ADDRESS): every TCP listener of the driver and of
-    every process below it (Ray's GCS, raylet, agents, the Train workers with torch.distributed's store and gloo's
-    sockets) is on the loopback interface; read from /proc while the run trains, once at least while it is paused
-    before step 3 (every worker up, mid-run).
-    The same run (one full run serves both) has a corrupt video among the demo videos with data.on_bad_video=skip:
-    it trains to the end on the others, and its MLflow run records the skipped one and why."""
-    import json
-    import os
-    import time
-    from pathlib import Path
-
-    from cli_driver import train_process
-    from listeners import descendants, is_loopback, listening
-
-    from raystream.config import compose
-    from raystream.data.demo.videos import ensure_demo_videos
-    from raystream.tracking import client as make_client
-    from raystream.tracking import names
-
-    good = [str(p) for p in ensure_demo_videos(compose([]).data.demo)]
-    broken = workdir["dir"] / "broken.mp4"
-    broken.write_bytes(b"not a video: cut short while copying")
-    probes = workdir["dir"] / "probes.csv"  # own videos need a labelled set (eval.metrics=[]: not evaluated)
-    probes.write_text("path,label\n" + "".join(f"{v},{i % 2}\n" for i, v in enumerate(good)))
-    overrides = tiny_overrides("trainer.num_workers=2", "trainer.run_name=loopback",
-                               f"data.videos=[{broken},{','.join(good)}]", "data.on_bad_video=skip",
-                               f"eval.dataset={probes}")
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
-    paused = workdir["dir"] / "loopback.paused"  # rank 0 before step 3, rank 1 waiting on it: both mid-run
-    env.update(RAYSTREAM_PAUSE_AT_STEP="3", RAYSTREAM_PAUSE_FILE=str(paused))
-    err = workdir["dir"] / "loopback.stderr"
-    seen = {}
-    read_while_paused = False
-    with train_process(overrides, env, workdir["dir"], err) as driver:
-        deadline = time.time() + 400
-        while driver.poll() is None and time.time() < deadline:
-            was_paused = paused.exists()
-            for pid in descendants(driver.pid):
-                for address, port in listening(pid):
-                    seen[(pid, address, port)] = True
-            if was_paused:
-                read_while_paused = True
-                paused.unlink()  # the run trains on to its end
-            time.sleep(0.5)
-        assert driver.wait(timeout=60) == 0, err.read_text()[-3000:]
-    assert read_while_paused, "the listeners were never read while the run was paused before step 3"
-    assert len({pid for pid, _, _ in seen}) >= 4, seen  # GCS, raylet, the workers at least
-    outside = sorted(k for k in seen if not is_loopback(k[1]))
-    assert not outside, f"listeners off the loopback interface (pid, address, port): {outside}; all: {sorted(seen)}"
-
-    client = make_client(workdir["mlflow"])
-    run_id = json.loads((Path(workdir["storage"]) / "loopback" / "raystream_run.json").read_text())["mlflow_run_id"]
-    run = client.get_run(run_id)
-    assert run.info.status == "FINISHED" and run.data.tags[names.TAG_SKIPPED_VIDEOS] == "1", run.data.tags
-    listed = json.loads(Path(client.download_artifacts(run_id, names.ARTIFACT_SKIPPED_VIDEOS,
-                                                       str(workdir["dir"]))).read_text())
-    assert [v["video"] for v in listed] == [str(broken)] and listed[0]["reason"], listed
-    assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == list(range(6))  # trained to the end

@@ -6,6 +6,13 @@ last `ray start` (`ray_current_cluster` in Ray's temp dir): the neighbour's dash
 and the cleaner removes the placement group of a live run (CI saw the same through a neighbour's dashboard on the
 port the session cluster had recorded). Both Ray instances here use a temp dir of their own (`RAY_TMPDIR`), so the
 host's /tmp/ray, which other tests' clusters read, is left alone.
+
+The same run (one local Ray run of `raystream train` serves all three: each costs a Ray start, a driver and a Train
+run) is read for what else a local run promises: every TCP listener of the driver and of every process below it
+(Ray's GCS, raylet, agents, the 2 Train workers with torch.distributed's store and gloo's sockets) is on the loopback
+interface, read from /proc while both workers are mid-run; and a corrupt video among its videos, with
+data.on_bad_video=skip, is skipped: the run trains to its end on the others and its MLflow run names the skipped one
+and why.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from cli_driver import train_process, wait_for
+from listeners import descendants, is_loopback, listening
 from leftovers import MARK_ENV, RunProcesses
 from local_cloud import BIN, free_port, spawn, stop, up
 from ray_env import RAY_TEST_ENV
@@ -35,7 +43,15 @@ NEIGHBOUR_TRIES = 3
 
 def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path):
     """... and, once the run has finished, none of its processes is left while the neighbour (a Ray of the user's,
-    on the same host and temp dir) still runs (raystream/train/guard.py)."""
+    on the same host and temp dir) still runs (raystream/train/guard.py). The run listens on loopback only and
+    skips its corrupt video (the module docstring)."""
+    import json
+
+    from raystream.config import compose
+    from raystream.data.demo.videos import ensure_demo_videos
+    from raystream.tracking import client as make_client
+    from raystream.tracking import names
+
     ray_tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths live under it
     paused = tmp_path / "paused"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_"))}
@@ -43,17 +59,31 @@ def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path)
     mark = uuid.uuid4().hex
     run_env = dict(env, **RAY_TEST_ENV, RAYSTREAM_PAUSE_AT_STEP="2", RAYSTREAM_PAUSE_FILE=str(paused),
                    RAYSTREAM_PAUSE_TIMEOUT_S="600", **{MARK_ENV: mark})  # the neighbour may take minutes to start
+    good = [str(v) for v in ensure_demo_videos(compose([]).data.demo)]
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"not a video: cut short while copying")
+    probes = tmp_path / "probes.csv"  # own videos need a labelled set (eval.metrics=[]: not evaluated)
+    probes.write_text("path,label\n" + "".join(f"{v},{i % 2}\n" for i, v in enumerate(good)))
     overrides = ["stream.batch_size=4", "trainer.max_steps=4", "trainer.checkpoint_every=2", "trainer.log_every=1",
                  "eval.metrics=[]", "trainer.correlation_steps=0", "trainer.max_failures=0",  # no silent restart
                  f"trainer.storage_path={tmp_path / 'results'}", f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}",
-                 "trainer.run_name=neighbour"]
+                 "trainer.run_name=neighbour", "trainer.num_workers=2", f"data.videos=[{broken},{','.join(good)}]",
+                 "data.on_bad_video=skip", f"eval.dataset={probes}"]
+    seen = {}  # (pid, address, port) of every listener of the run's processes
+
+    def read_listeners():
+        for pid in descendants(driver.pid):
+            for address, port in listening(pid):
+                seen[(pid, address, port)] = True
+
     dash = free_port()
     neighbour = None
     try:
         with train_process(overrides, run_env, tmp_path, tmp_path / "train.err") as driver:
             processes = RunProcesses(driver.pid, mark)  # not by RAY_TMPDIR: the neighbour shares it
-            wait_for(driver, tmp_path / "train.err", lambda: processes.note() or paused.exists(), 300,
-                     "the run paused before step 2")
+            wait_for(driver, tmp_path / "train.err", lambda: processes.note() or read_listeners() or paused.exists(),
+                     300, "the run paused before step 2")  # rank 0 before step 2, rank 1 waiting on it: both mid-run
+            read_listeners()
             command = [
                 str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
                 "--num-cpus=0", "--num-gpus=0", f"--object-store-memory={100 * 1024 ** 2}", "--include-dashboard=true",
@@ -83,6 +113,17 @@ def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path)
             assert "Cleaning up placement group" not in err, err[-4000:]
             assert processes.left() == []  # when the command returns, nothing of its run is left
             assert neighbour.poll() is None and up(f"http://127.0.0.1:{dash}")  # the user's Ray is not the run's
+        assert len({pid for pid, _, _ in seen}) >= 4, seen  # GCS, raylet, the workers at least
+        outside = sorted(k for k in seen if not is_loopback(k[1]))
+        assert not outside, f"listeners off the loopback interface (pid, address, port): {outside}; all: {sorted(seen)}"
+        client = make_client(f"sqlite:///{tmp_path / 'm.db'}")
+        run_id = json.loads((tmp_path / "results" / "neighbour" / "raystream_run.json").read_text())["mlflow_run_id"]
+        run = client.get_run(run_id)
+        assert run.info.status == "FINISHED" and run.data.tags[names.TAG_SKIPPED_VIDEOS] == "1", run.data.tags
+        listed = json.loads(Path(client.download_artifacts(run_id, names.ARTIFACT_SKIPPED_VIDEOS,
+                                                           str(tmp_path))).read_text())
+        assert [v["video"] for v in listed] == [str(broken)] and listed[0]["reason"], listed
+        assert sorted(m.step for m in client.get_metric_history(run_id, "loss")) == list(range(4))  # to its end
     finally:
         if neighbour is not None:
             stop(neighbour, grace_s=5)

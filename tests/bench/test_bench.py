@@ -145,6 +145,22 @@ def test_an_unwritable_json_path_fails_before_measuring(demo, capsys):
     assert f"--json {blocker / 'bench.json'}: cannot write there" in err
 
 
+def test_an_evaluation_whose_data_is_not_here_is_named_and_not_timed(demo, tmp_path):
+    """A GPU node's bench with a config whose probe set lives elsewhere (a path of the cluster's storage): the
+    trial's evaluation part is not measured, and `trial_parts_not_measured` says why, naming the missing file; the
+    plan then says the evaluation is not in a trial's time (raystream/tune/rates.py)."""
+    from raystream.bench import trial_parts
+    from raystream.bench.trainee import Trainee
+
+    missing = tmp_path / "probes.csv"  # never written
+    cfg = compose(_tiny(demo) + [f"eval.dataset={missing}"])
+    trainee = Trainee.build(cfg, torch.device("cpu"), total_steps=1)
+    seconds, why = trial_parts.evaluation(trainee)
+    assert seconds == 0.0 and why.startswith("the evaluation could not run here: ") and str(missing) in why, why
+    row = trial_parts.parts(trainee, build_s=1.0, correlation_s=0.0, checkpoint_s=0.5, seconds_left=60)
+    assert row["trial_parts_s"]["evaluation"] == 0.0 and row["trial_parts_not_measured"] == {"evaluation": why}
+
+
 def test_a_compiled_model_is_measured_against_eager_and_stays_compiled(demo):
     """trainer.compile=true: the configured (compiled) figures are the from-memory steps', and the eager ones are
     taken with the blocks switched to eager for it (no compiling needed, whatever --compile says) and compiled

@@ -76,13 +76,19 @@ def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path)
             for address, port in listening(pid):
                 seen[(pid, address, port)] = True
 
+    def noted_until_paused() -> bool:
+        """Notes the run's processes and their listeners; whether rank 0 has paused."""
+        processes.note()
+        read_listeners()
+        return paused.exists()
+
     dash = free_port()
     neighbour = None
     try:
         with train_process(overrides, run_env, tmp_path, tmp_path / "train.err") as driver:
             processes = RunProcesses(driver.pid, mark)  # not by RAY_TMPDIR: the neighbour shares it
-            wait_for(driver, tmp_path / "train.err", lambda: processes.note() or read_listeners() or paused.exists(),
-                     300, "the run paused before step 2")  # rank 0 before step 2, rank 1 waiting on it: both mid-run
+            wait_for(driver, tmp_path / "train.err", noted_until_paused, 300,
+                     "the run paused before step 2")  # rank 0 before step 2, rank 1 waiting on it: both mid-run
             read_listeners()
             command = [
                 str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={free_port()}",

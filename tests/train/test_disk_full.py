@@ -114,20 +114,28 @@ def test_a_run_end_that_fits_its_record_but_not_the_mirror_mark_still_ends_in_ml
     assert "closing MLflow run" in capsys.readouterr().err
 
 
+def test_one_worker_stops_for_space_without_a_collective():
+    """With one worker, rank 0's own `DiskFull` is the decision: no collective to agree on it (the run below has two
+    workers, where the other rank learns it from rank 0)."""
+    from raystream.train.persist import stop_for_space
+
+    full = diskspace.DiskFull("/x/model.pt", needed=2, free=1, cause="unexpected pos")
+    assert stop_for_space(1, torch.device("cpu"), full) and not stop_for_space(1, torch.device("cpu"), None)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_run_whose_disk_fills_fails_once_naming_it(small_disk, ray_cluster, tiny_overrides, workdir, monkeypatch,
-                                                     workers):
+def test_a_run_whose_disk_fills_fails_once_naming_it(small_disk, ray_cluster, tiny_overrides, workdir, monkeypatch):
     """A run with trainer.storage_path on the full tmpfs: its first checkpoint does not fit. The run exits 1 naming
-    the file, its size and the free space, with no restart (one `open` in its record: one attempt; with two
-    workers the other rank stops with rank 0 instead of waiting for it in a collective), and the MLflow run ends
-    FAILED with the cause."""
+    the file, its size and the free space, with no restart (one `open` in its record: one attempt; the other rank of
+    its two workers stops with rank 0 instead of waiting for it in a collective), and the MLflow run ends FAILED with
+    the cause. Rank 0's write and the run's end are the same with one worker (its stop: the test above)."""
     import json
 
     from raystream.cli import main as cli_main
 
     storage = small_disk / "results"
     _fill(small_disk, 600 * 1024)  # the record and Ray's own files fit; a checkpoint does not
+    workers = 2
     overrides = [*tiny_overrides(f"trainer.num_workers={workers}", f"trainer.run_name=full{workers}",
                                  "trainer.correlation_steps=0"),
                  f"trainer.storage_path={storage}"]

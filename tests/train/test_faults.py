@@ -1,7 +1,7 @@
 """The fault-injection hooks (raystream/train/faults.py): the failure fires once per run on the chosen rank; the
 pause holds rank 0 before its step until the test removes the pause file. Then, through real runs paused at a known
-step: a tracking outage, SIGTERM and a storage path that fails mid-run (a local run's listeners and its skipped
-corrupt video: tests/train/test_ray_start.py)."""
+step: a tracking outage and a storage path that fails mid-run (SIGTERM: tests/train/test_run_exit.py, whose local
+run it stops; a local run's listeners and its skipped corrupt video: tests/train/test_ray_start.py)."""
 
 import pytest
 
@@ -182,38 +182,6 @@ def test_a_tracking_outage_to_the_end_leaves_the_metrics_beside_the_checkpoints(
 
 
 @pytest.mark.slow
-def test_sigterm_ends_the_run_killed_with_the_cause(ray_cluster, tiny_overrides, workdir):
-    """SIGTERM (a job scheduler, `timeout`, `ray job stop`), sent while the run is paused before step 2 after its
-    first checkpoint, stops the run as Ctrl-C does: exit 143, the resume
-    command printed, the MLflow run KILLED with the cause in `raystream.error`."""
-    import json
-    import os
-    import signal
-    from pathlib import Path
-
-    from cli_driver import train_process, wait_for
-    from raystream.tracking import client as make_client
-    from raystream.train import checkpoint
-
-    overrides = tiny_overrides("trainer.num_workers=1", "trainer.run_name=termed")
-    paused = workdir["dir"] / "termed.paused"  # never removed: the run is stopped in its pause before step 2
-    env = {**os.environ, "RAY_ADDRESS": ray_cluster, "RAYSTREAM_PAUSE_AT_STEP": "2",
-           "RAYSTREAM_PAUSE_FILE": str(paused)}
-    run_dir = Path(workdir["storage"]) / "termed"
-    err = workdir["dir"] / "termed.stderr"
-    with train_process(overrides, env, workdir["dir"], err) as driver:
-        wait_for(driver, err, paused.exists, 200, "no pause before step 2")
-        assert list(run_dir.glob("checkpoint_0*")), "no checkpoint on storage before step 2"
-        driver.send_signal(signal.SIGTERM)
-        assert driver.wait(timeout=120) == 143, err.read_text()[-3000:]
-    assert "interrupted (SIGTERM)" in err.read_text() and "trainer.run_name=termed" in err.read_text()
-    run_id = json.loads((run_dir / "raystream_run.json").read_text())["mlflow_run_id"]
-    run = make_client(workdir["mlflow"]).get_run(run_id)
-    assert run.info.status == "KILLED" and run.data.tags["raystream.error"].startswith("interrupted (SIGTERM")
-    assert checkpoint.latest(*_local(run_dir)) is not None  # resumable
-
-
-@pytest.mark.slow
 def test_a_storage_path_failing_mid_run_ends_the_run_failed_naming_the_path(ray_cluster, tiny_overrides, workdir):
     """The run's directory on trainer.storage_path becomes unusable after the first checkpoint, while the run is
     paused before step 2 (moved away and a file left in its place: the storage behind the path is gone; as root, a read-only directory would still be
@@ -245,9 +213,3 @@ def test_a_storage_path_failing_mid_run_ends_the_run_failed_naming_the_path(ray_
     assert "raystream train: training failed" in text and str(run_dir) in text, text[-3000:]
     run = make_client(workdir["mlflow"]).get_run(run_id)
     assert run.info.status == "FAILED" and str(run_dir) in run.data.tags["raystream.error"], run.data.tags
-
-
-def _local(path):
-    import pyarrow.fs
-
-    return pyarrow.fs.LocalFileSystem(), str(path)

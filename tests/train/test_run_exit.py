@@ -141,13 +141,13 @@ def test_pretrain_start_interrupted_says_so_and_how_to_resume(tmp_path, monkeypa
 
 @contextmanager
 def local_run(tmp_path, name: str):
-    """A tiny `raystream train` on a local Ray of its own (no RAY_ADDRESS; its own RAY_TMPDIR), paused before step 1
-    with its controller and worker up: (driver, its RunProcesses, its stderr file). What the run left is killed
-    when the block ends, whatever the test asserted."""
+    """A tiny `raystream train` on a local Ray of its own (no RAY_ADDRESS; its own RAY_TMPDIR), paused before step 2
+    with its controller and worker up and its first checkpoint written: (driver, its RunProcesses, its stderr file).
+    What the run left is killed when the block ends, whatever the test asserted."""
     ray_tmp = Path(tempfile.mkdtemp(prefix="rs", dir="/tmp"))  # short: Ray's socket paths live under it
     mark, paused, err = uuid.uuid4().hex, tmp_path / f"{name}.paused", tmp_path / f"{name}.err"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_"))}
-    env.update(RAY_TEST_ENV, RAY_TMPDIR=str(ray_tmp), RAY_USAGE_STATS_ENABLED="0", RAYSTREAM_PAUSE_AT_STEP="1",
+    env.update(RAY_TEST_ENV, RAY_TMPDIR=str(ray_tmp), RAY_USAGE_STATS_ENABLED="0", RAYSTREAM_PAUSE_AT_STEP="2",
                RAYSTREAM_PAUSE_FILE=str(paused), **{MARK_ENV: mark})
     overrides = ["stream.batch_size=4", "trainer.max_steps=4", "trainer.checkpoint_every=2", "eval.metrics=[]",
                  "trainer.correlation_steps=0", "trainer.max_failures=0", "trainer.num_workers=1",
@@ -157,7 +157,7 @@ def local_run(tmp_path, name: str):
     try:
         with train_process(overrides, env, tmp_path, err) as driver:
             processes = RunProcesses(driver.pid, mark, ray_tmp)
-            wait_for(driver, err, lambda: processes.note() or paused.exists(), 400, "the run paused before step 1")
+            wait_for(driver, err, lambda: processes.note() or paused.exists(), 400, "the run paused before step 2")
             processes.note()
             assert any("TrainController" in line for line in processes.left()), processes.left()
             yield driver, processes, err
@@ -169,12 +169,28 @@ def local_run(tmp_path, name: str):
 
 @pytest.mark.slow
 def test_a_sigtermed_local_run_leaves_no_process_once_its_command_returns(tmp_path):
-    """SIGTERM (Ctrl-C's path): the command exits 143 and, by then, every process of its local Ray has ended (the
-    `ray::TrainController` outlived its command by a second or more before; by 50 minutes once)."""
+    """SIGTERM (a job scheduler, `timeout`, `ray job stop`), sent while the run is paused after its first checkpoint,
+    stops the run as Ctrl-C does: the command exits 143 with the resume command printed, the MLflow run is KILLED
+    with the cause in `raystream.error`, the run is resumable, and by the time the command returns every process of
+    its local Ray has ended (the `ray::TrainController` outlived its command by a second or more before; by 50
+    minutes once)."""
+    import json
+
+    import pyarrow.fs
+
+    from raystream.train import checkpoint
+
     with local_run(tmp_path, "termed") as (driver, processes, err):
         driver.send_signal(signal.SIGTERM)
         assert driver.wait(timeout=300) == 143, err.read_text()[-3000:]
         assert processes.left() == []
+    said = err.read_text()
+    assert "interrupted (SIGTERM)" in said and "trainer.run_name=termed" in said and "raystream train " in said
+    run_dir = tmp_path / "results" / "termed"
+    run_id = json.loads((run_dir / "raystream_run.json").read_text())["mlflow_run_id"]
+    got = make_client(f"sqlite:///{tmp_path / 'm.db'}").get_run(run_id)
+    assert got.info.status == "KILLED" and got.data.tags["raystream.error"].startswith("interrupted (SIGTERM")
+    assert checkpoint.latest(pyarrow.fs.LocalFileSystem(), str(run_dir)) is not None  # resumable
 
 
 @pytest.mark.slow

@@ -46,7 +46,8 @@ def test_tiny_regime_sweep_end_to_end_with_its_matched_drift_report(tmp_path, ra
     own; test_e2e_sweep.py runs one) and `raystream report` a subprocess, as a user runs it. What the sweep records
     and reports, not its figures (tests/train/test_correlation.py pins those). One sweep serves the regime's table
     and the matched-drift instrument (issue 46): every trial logs drift/params beside each evaluation, and the report
-    prints the matched table and logs the drift plot with the gradient-cosine curves."""
+    prints the matched table and logs the drift plot with the gradient-cosine curves. Its trials also show that a
+    sweep's trial logs no LoggedModel unless asked, while its videos are its dataset inputs."""
     from cli_driver import in_process
     from mlflow import MlflowClient
 
@@ -74,6 +75,12 @@ def test_tiny_regime_sweep_end_to_end_with_its_matched_drift_report(tmp_path, ra
         steps = lambda key: sorted(x.step for x in client.get_metric_history(run.info.run_id, key))  # noqa: E731
         assert steps("drift/params") == steps("eval/mse_out_of_stream") == [1, 2]  # at eval.every and the end
         assert m["drift/params"] > 0
+        # a sweep's trial (`trainer.log_checkpoint_artifact` null, the default) logs no LoggedModel, while its videos
+        # are still its dataset inputs (issue 62)
+        assert list(client.search_logged_models([run.info.experiment_id],
+                                                filter_string=f"source_run_id = '{run.info.run_id}'")) == []
+        contexts = {t.value for d in run.inputs.dataset_inputs for t in d.tags if t.key == "mlflow.data.context"}
+        assert "training" in contexts, run.inputs.dataset_inputs
     assert "| stream.order | optimizer.lr | n |" in report and "grad_cos_prev_mean" in report
     rows = ("| batch_along_time | 0.001 | 1 |", "| batch_along_time | 0.004 | 1 |", "| shuffled | 0.001 | 1 |")
     assert all(any(line.startswith(row) for line in report.splitlines()) for row in rows), report

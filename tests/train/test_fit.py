@@ -178,22 +178,6 @@ def test_a_run_starts_from_a_logged_model_and_registers_its_own(ddp, tiny, workd
     assert "into the model" in check_backbone_init(again, say=False)
 
 
-def test_a_sweeps_trial_logs_no_model_unless_asked(ray_cluster, tiny, workdir):
-    """`trainer.log_checkpoint_artifact` null (the default): a run under a parent run (a sweep's trial) logs no
-    LoggedModel, while its videos are still its dataset inputs (issue 62)."""
-    from raystream.tracking import start_run
-
-    client = make_client(workdir["mlflow"])
-    parent = start_run(client, experiment="train-tests", uri=workdir["mlflow"], run_name="a-sweep")
-    got = fit(tiny("trainer.num_workers=1", "trainer.max_steps=2"), run_name="a-trial", mlflow_parent_run_id=parent)
-    run = client.get_run(got["mlflow_run_id"])
-    assert run.info.status == "FINISHED"
-    assert list(client.search_logged_models([run.info.experiment_id],
-                                            filter_string=f"source_run_id = '{run.info.run_id}'")) == []
-    contexts = {t.value for d in run.inputs.dataset_inputs for t in d.tags if t.key == "mlflow.data.context"}
-    assert "training" in contexts
-
-
 def test_the_node_logs_its_cpu_memory_and_network_once_per_sample(ddp, workdir):
     """MLflow system metrics (raystream/train/node_metrics.py), on in the ddp run: one process per node samples."""
     client = make_client(workdir["mlflow"])

@@ -8,7 +8,8 @@ port the session cluster had recorded). Both Ray instances here use a temp dir o
 host's /tmp/ray, which other tests' clusters read, is left alone.
 
 The same run (one local Ray run of `raystream train` serves all three: each costs a Ray start, a driver and a Train
-run) is read for what else a local run promises: every TCP listener of the driver and of every process below it
+run) is read for what else a local run promises: its node and GCS advertise 127.0.0.1 (not the host's address,
+Ray's default); every TCP listener of the driver and of every process below it
 (Ray's GCS, raylet, agents, the 2 Train workers with torch.distributed's store and gloo's sockets) is on the loopback
 interface, read from /proc while both workers are mid-run; and a corrupt video among its videos, with
 data.on_bad_video=skip, is skipped: the run trains to its end on the others and its MLflow run names the skipped one
@@ -24,6 +25,7 @@ import time
 import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 from cli_driver import train_process, wait_for
@@ -90,6 +92,7 @@ def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path)
             wait_for(driver, tmp_path / "train.err", noted_until_paused, 300,
                      "the run paused before step 2")  # rank 0 before step 2, rank 1 waiting on it: both mid-run
             read_listeners()
+            advertised = advertised_addresses(driver.pid)
             command = [
                 str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={free_port()}",
                 "--num-cpus=0", "--num-gpus=0", f"--object-store-memory={100 * 1024 ** 2}", "--include-dashboard=true",
@@ -119,6 +122,8 @@ def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path)
             assert "Cleaning up placement group" not in err, err[-4000:]
             assert processes.left() == []  # when the command returns, nothing of its run is left
             assert neighbour.poll() is None and up(f"http://127.0.0.1:{dash}")  # the user's Ray is not the run's
+        # the node and its GCS advertise 127.0.0.1 (by default Ray advertises the host's address)
+        assert advertised == {"node": "127.0.0.1", "gcs": "127.0.0.1"}, advertised
         assert len({pid for pid, _, _ in seen}) >= 4, seen  # GCS, raylet, the workers at least
         outside = sorted(k for k in seen if not is_loopback(k[1]))
         assert not outside, f"listeners off the loopback interface (pid, address, port): {outside}; all: {sorted(seen)}"
@@ -134,6 +139,21 @@ def test_a_local_run_survives_a_neighbour_ray_cluster_starting_mid_run(tmp_path)
         if neighbour is not None:
             stop(neighbour, grace_s=5)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def advertised_addresses(driver_pid: int) -> dict:
+    """The address the local cluster's raylet below `driver_pid` advertises for its node (what `ray.nodes()` lists as
+    its NodeManagerAddress) and the host of the GCS address it was given (the cluster's address), from its command
+    line."""
+    for proc in psutil.Process(driver_pid).children(recursive=True):
+        try:
+            args = proc.cmdline()
+        except psutil.Error:
+            continue
+        if args and Path(args[0]).name == "raylet":
+            value = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args if a.startswith("--") and "=" in a}
+            return {"node": value.get("--node_ip_address"), "gcs": value.get("--gcs-address", "").rsplit(":", 1)[0]}
+    return {}
 
 
 def test_a_ray_this_process_already_holds_is_kept_and_not_guarded(ray_cluster, monkeypatch):

@@ -3,7 +3,8 @@
 values reach the trials and MLflow, ASHA stops poor trials early, and the stopped trials' Train workers are given
 back (every placement group removed, every CPU free again) so the other trials run; in the same sweep, a trial that
 fails before its Train run exists is a FAILED child run and the sweep goes on. Besides: a SIGTERM as a trial ends
-(trials that finish at once, no Train run), and the loopback address of a local Ray started by raystream."""
+(trials that finish at once, no Train run). (The loopback address a local Ray started by raystream advertises:
+tests/train/test_ray_start.py.)"""
 
 from __future__ import annotations
 
@@ -125,24 +126,6 @@ def test_optuna_asha_sweep_releases_stopped_trials_workers(local_ray, sweeps_dir
         time.sleep(1)
     assert not leaked, leaked
     assert ray.available_resources().get("CPU") == 2.0
-
-
-def test_a_local_ray_started_by_raystream_advertises_loopback_only(tmp_path):
-    """`loopback_only` + `start_ray` (what `raystream train` and `sweep` call) put a local cluster's node and GCS on
-    127.0.0.1 (by default Ray advertises the host's address)."""
-    import os
-    import subprocess
-    import sys
-
-    code = ("from raystream.train.ray_start import loopback_only, start_ray; loopback_only(); import ray; start_ray(); "
-            "print(ray.get_runtime_context().gcs_address); print(ray.nodes()[0]['NodeManagerAddress']); "
-            "ray.shutdown()")
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    gcs, node = out.stdout.split()[-2:]
-    assert gcs.startswith("127.0.0.1:") and node == "127.0.0.1", out.stdout
 
 
 STOPPED = """name: tiny_stopped

@@ -23,6 +23,7 @@ installed). Not measured: Ray's and MLflow's bookkeeping between those processes
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import time
@@ -36,8 +37,12 @@ WORKER_IMPORT = "import raystream.train.loop"  # what a trial's worker process i
 WITHOUT_RAY = "import raystream.bench.trainee"  # the same less Ray, on a machine without Ray (a GPU node's bench)
 
 
+@functools.lru_cache(maxsize=None)
 def process_start() -> Tuple[float, str]:
-    """(seconds a fresh Python process takes to import a worker's modules, what was imported or why not Ray)."""
+    """(seconds a fresh Python process takes to import a worker's modules, what was imported or why not Ray).
+    Measured once per process: it depends on the machine and what is installed, not on the config, and each
+    measurement starts an interpreter that imports torch and Ray Train (seconds of CPU), which a campaign's presets
+    (raystream/bench/campaign.py) would otherwise pay once each."""
     for code, note in ((WORKER_IMPORT, ""), (WITHOUT_RAY, "Ray is not installed: a worker's import less Ray's")):
         began = time.perf_counter()
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -187,9 +187,24 @@ class _Pairs:
                              "least 2")
 
 
-def _dot64(a: torch.Tensor, b: torch.Tensor, chunk: int = 1 << 20) -> torch.Tensor:
-    """a . b summed in float64, a chunk at a time (no float64 copy of a whole gradient)."""
-    return sum(torch.dot(a[i:i + chunk].double(), b[i:i + chunk].double()) for i in range(0, a.numel(), chunk))
+def _gram64(vectors: List[torch.Tensor], chunk: int = 1 << 21) -> torch.Tensor:
+    """The Gram matrix of `vectors` (of one length) summed in float64, a slice of every vector at a time in one
+    float64 buffer of `chunk` elements, reused: no float64 copy of a whole gradient, each element converted once
+    (not once per pair it is in) and no fresh memory per slice (with glibc's mmap threshold low, each fresh 8 MB
+    float64 slice was a page-faulted, zeroed mapping)."""
+    k, n = len(vectors), vectors[0].numel()
+    width = max(1, chunk // k)
+    buffer = torch.empty(k, min(width, n), dtype=torch.float64, device=vectors[0].device)
+    gram = torch.zeros(k, k, dtype=torch.float64, device=vectors[0].device)
+    for at in range(0, n, width):
+        m = min(width, n - at)
+        rows = buffer[:, :m]
+        for i, v in enumerate(vectors):
+            rows[i].copy_(v[at:at + m])
+        for i in range(k):
+            for j in range(i, k):
+                gram[i, j] += torch.dot(rows[i], rows[j])
+    return gram.triu() + gram.triu(1).T
 
 
 def _cosines_once(orders: Dict[str, _Pairs], gradient: Callable[[_Shard, int], Optional[torch.Tensor]],
@@ -207,10 +222,7 @@ def _cosines_once(orders: Dict[str, _Pairs], gradient: Callable[[_Shard, int], O
     if rank != 0:
         return {}
     vectors = [v for _, a, b in held for v in (a, b)]
-    gram = torch.zeros(len(vectors), len(vectors), dtype=torch.float64, device=vectors[0].device)
-    for i, u in enumerate(vectors):
-        for j in range(i, len(vectors)):
-            gram[i, j] = gram[j, i] = _dot64(u, vectors[j])
+    gram = _gram64(vectors)
     row = gram.mean(dim=1)
     centred_gram = gram - row[:, None] - row[None, :] + gram.mean()
     raw: Dict[str, List[float]] = {key: [] for key in orders}

@@ -249,10 +249,17 @@ def test_eval_rates_on_a_gpu_the_machine_lacks_is_a_named_error(capsys, tmp_path
     assert not (tmp_path / "eval.json").exists()
 
 
-@pytest.mark.slow  # ViT-B on a 16-frame clip and an attentive-probe step at batch 32, twice each: about 20 s
-def test_eval_rates_measure_a_worker_and_estimate_the_papers_evaluations(capsys, tmp_path):
-    from raystream.bench.eval_rates import main as eval_rates_main
+@pytest.mark.slow  # the models built at full width: a few seconds
+def test_eval_rates_measure_a_worker_and_estimate_the_papers_evaluations(capsys, tmp_path, monkeypatch):
+    """The models' shapes as measured (ViT-S on 224 px images, ViT-B on 16-frame clips, the probe on ViT-B's tokens),
+    with one block each and the probe's step at batch 2: what is checked is what `--eval` does with the rates, and
+    12 blocks and a batch of 32 cost most of 20 CPU-s here for the same code."""
+    from raystream.bench import eval_rates
+    from raystream.models.vit import VisionTransformer
 
+    monkeypatch.setattr(eval_rates, "VisionTransformer", lambda **kw: VisionTransformer(**{**kw, "depth": 1}))
+    monkeypatch.setattr(eval_rates, "VJEPA_BATCH", 2)
+    eval_rates_main = eval_rates.main
     out = tmp_path / "eval.json"
     argv = ["--device", "cpu", "--batches", "1", "--image-batch", "1", "--clip-batch", "1", "--json", str(out)]
     assert eval_rates_main(argv) == 0

@@ -17,6 +17,7 @@ import pytest
 import torch
 from raystream.config import ConfigError, compose
 from raystream.data import build_stream
+from raystream.data.demo.videos import ensure_demo_videos
 from raystream.models import build_scenario
 from raystream.tracking.store import client as make_client
 from raystream.train import correlation
@@ -33,6 +34,24 @@ CORRELATED = ("scenario.mask.mode=fixed",)
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "raystream.cli", "data", "correlation", *args],
                           capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def cli_here(capsys, monkeypatch):
+    """cli_here(*args): `raystream data correlation` run in this process by the CLI's `main`, as (exit code, stdout,
+    stderr). A fresh interpreter (torch's import) costs seconds of CPU per run; the command as a user runs it, in
+    a process of its own, is `_cli`'s (test_cli_prints_one_json_line_with_both_orders)."""
+    from raystream.cli import main
+    from raystream.train.ray_start import SINGLE_MACHINE_ENV
+
+    monkeypatch.setenv(SINGLE_MACHINE_ENV, os.environ.get(SINGLE_MACHINE_ENV, "0"))  # main sets it: restored after
+
+    def run(*args):
+        capsys.readouterr()
+        code = main(["data", "correlation", *args])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -130,28 +149,28 @@ def test_checkpoint_weights_are_used(demo_dir, tmp_path):
     assert moved["sequential_raw"] != base["sequential_raw"]
 
 
-def test_bad_checkpoint_path_exits_2_naming_it(demo_dir, tmp_path):
+def test_bad_checkpoint_path_exits_2_naming_it(demo_dir, tmp_path, cli_here):
     missing = tmp_path / "no-such-run"
-    out = _cli(*_tiny(demo_dir), "--steps", "1", "--checkpoint", str(missing))
-    assert out.returncode == 2
-    assert str(missing) in out.stderr and "no such file" in out.stderr
-    assert "Traceback" not in out.stderr and out.stdout == ""
+    code, out, err = cli_here(*_tiny(demo_dir), "--steps", "1", "--checkpoint", str(missing))
+    assert code == 2
+    assert str(missing) in err and "no such file" in err
+    assert "Traceback" not in err and out == ""
 
 
-def test_stream_of_one_batch_exits_2(demo_dir):
-    out = _cli(*_tiny(demo_dir, "stream.batch_size=100"), "--steps", "1")
-    assert out.returncode == 2
-    assert "consecutive batches need at least 2" in out.stderr and "Traceback" not in out.stderr
+def test_stream_of_one_batch_exits_2(demo_dir, cli_here):
+    code, _, err = cli_here(*_tiny(demo_dir, "stream.batch_size=100"), "--steps", "1")
+    assert code == 2
+    assert "consecutive batches need at least 2" in err and "Traceback" not in err
 
 
-def test_zero_steps_exits_2(demo_dir):
-    out = _cli(*_tiny(demo_dir), "--steps", "0")
-    assert out.returncode == 2 and "--steps 0" in out.stderr
+def test_zero_steps_exits_2(demo_dir, cli_here):
+    code, _, err = cli_here(*_tiny(demo_dir), "--steps", "0")
+    assert code == 2 and "--steps 0" in err
 
 
-def test_bad_device_or_micro_batch_exits_2_naming_it(demo_dir, capsys):
-    out = _cli(*_tiny(demo_dir), "--steps", "1", "--device", "tpu9", "--micro-batch", "1")
-    assert out.returncode == 2 and "--device tpu9" in out.stderr and "Traceback" not in out.stderr
+def test_bad_device_or_micro_batch_exits_2_naming_it(demo_dir, capsys, cli_here):
+    code, _, err = cli_here(*_tiny(demo_dir), "--steps", "1", "--device", "tpu9", "--micro-batch", "1")
+    assert code == 2 and "--device tpu9" in err and "Traceback" not in err
     cfg = compose(_tiny(demo_dir))
     assert correlation.main(cfg, steps=1, micro_batch=0) == 2
     assert "--micro-batch 0: expected at least 1 clip" in capsys.readouterr().err
@@ -232,34 +251,47 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _two_gloo_ranks(overrides, steps: int, micro: int, tmp_path):
-    """The figures of two processes in a gloo group (tests/train/correlation_ranks.py), each on its shard."""
-    out = tmp_path / "figures.json"
+@pytest.fixture(scope="module")
+def dora(demo_dir):
+    return ["scenario=dora", "data=walking_tour", "stream=dora", "stream.batch_size=4",
+            "data.demo.frames_per_video=300", f"data.demo.cache_dir={demo_dir / 'walking'}"]
+
+
+@pytest.fixture(scope="module")
+def two_gloo_ranks(regime, dora, tmp_path_factory):
+    """{job: figures} of two processes in a gloo group (tests/train/correlation_ranks.py), each on its shard in
+    micro-batches of 1: the regime preset and DoRA, measured one after the other by the same two processes."""
+    jobs = {"regime": {"steps": REGIME_STEPS, "micro": 1, "overrides": regime},
+            "dora": {"steps": 2, "micro": 1, "overrides": dora}}
+    for job in jobs.values():  # written here, not by both ranks at once
+        ensure_demo_videos(compose(job["overrides"]).data.demo)
+    tmp = tmp_path_factory.mktemp("gloo")
+    out, jobs_json = tmp / "figures.json", tmp / "jobs.json"
+    jobs_json.write_text(json.dumps(jobs))
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2",
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
     script = str(Path(__file__).with_name("correlation_ranks.py"))
-    ranks = [subprocess.Popen([sys.executable, script, str(out), str(steps), str(micro), *overrides],
+    ranks = [subprocess.Popen([sys.executable, script, str(out), str(jobs_json)],
                               env={**env, "RANK": str(r)}, stderr=subprocess.PIPE, text=True) for r in range(2)]
     errors = [p.communicate(timeout=300)[1] for p in ranks]
     assert [p.returncode for p in ranks] == [0, 0], errors
-    result = json.loads(out.read_text())
-    assert result["world_size"] == 2 and result["micro_batch"] == micro
-    return result
+    results = json.loads(out.read_text())
+    for name, job in jobs.items():
+        assert results[name]["world_size"] == 2 and results[name]["micro_batch"] == job["micro"], name
+    return results
 
 
-def test_two_gloo_ranks_give_the_single_process_figures(regime, tmp_path):
+def test_two_gloo_ranks_give_the_single_process_figures(two_gloo_ranks):
     """Two processes in a gloo group, each with its shard of 2 clips in micro-batches of 1, sum their gradients."""
-    result = _two_gloo_ranks(regime, REGIME_STEPS, 1, tmp_path)
+    result = two_gloo_ranks["regime"]
     assert result["steps"] == [0, 30, 60]
     assert _figures(result) == pytest.approx(PINNED, abs=TOL)
 
 
-def test_two_gloo_ranks_on_dora(demo_dir, tmp_path):
+def test_two_gloo_ranks_on_dora(dora, two_gloo_ranks):
     """DoRA: augmentations by place, a centre buffer updated (and all-reduced) in every forward pass, restored."""
-    dora = ["scenario=dora", "data=walking_tour", "stream=dora", "stream.batch_size=4",
-            "data.demo.frames_per_video=300", f"data.demo.cache_dir={demo_dir / 'walking'}"]
     single = correlation.measure(compose(dora), steps=2)
-    result = _two_gloo_ranks(dora, 2, 1, tmp_path)
+    result = two_gloo_ranks["dora"]
     assert result["steps"] == single["steps"]
     assert _figures(result) == pytest.approx(_figures(single), abs=TOL)
 

@@ -50,6 +50,22 @@ def _video(coded, name):
     return coded[name]
 
 
+@pytest.fixture(scope="module")
+def probed(coded):
+    """probed(decoder): every codec video probed with `decoder` once, in one probe child for all of them. The probe
+    (videos/probing.py) caches each file's verdict per decoder, so the tests below stream from it; a child that loads
+    torchcodec imports torch, seconds of CPU per child, which one child per file paid for every video."""
+    done = set()
+
+    def probe(decoder: str) -> None:
+        if decoder not in done:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # decord's misreads are said and checked in the tests below
+                build_stream(data_cfg([p for p, _ in coded.values()], decoder=decoder), stream_cfg()).close()
+            done.add(decoder)
+    return probe
+
+
 # the codec campaign runs against each decoder installed here (and auto); the others are named as skipped
 CAMPAIGN = [pytest.param(d, marks=pytest.mark.skipif(d not in installed_decoders(), reason=f"{d} is not installed"))
             for d in ("torchcodec", "decord", "pyav")] + ["auto"]
@@ -60,8 +76,9 @@ needs_decord = pytest.mark.skipif("decord" not in installed_decoders(), reason="
 @pytest.mark.parametrize("order", ["batch_along_time", "shuffled"])
 @pytest.mark.parametrize("decoder", CAMPAIGN)
 @pytest.mark.parametrize("name", NAMES)
-def test_every_streamed_frame_is_the_frame_its_clip_names(coded, name, decoder, order):
+def test_every_streamed_frame_is_the_frame_its_clip_names(coded, probed, name, decoder, order):
     path, vid = _video(coded, name)
+    probed(decoder)
     s = stream_cfg(order=order, batch_size=4, frames_per_clip=3, fps=15.0, clip_shift=1)
     # max_read_through=1: shuffled clips seek for nearly every frame, sequential ones read through
     stream = build_stream(data_cfg([path], decoder=decoder, max_read_through=1, decode_workers=1), s)
@@ -122,16 +139,18 @@ def bad_containers(coded, tmp_path_factory):
 
 @pytest.mark.parametrize("decoder", CAMPAIGN)
 def test_truncated_empty_or_non_video_files_are_named_before_the_stream_or_skipped(coded, bad_containers, decoder):
+    """Skipped first: that probes every file in one child (a torchcodec child imports torch, seconds of CPU), and
+    each file's verdict, cached by the probe, then names it in the error of a stream of it alone."""
     good, vid = _video(coded, "vp9_webm")
-    for path, problem in bad_containers.items():
-        with pytest.raises(DataError, match=problem) as err:
-            build_stream(data_cfg([good, path], decoder=decoder), stream_cfg())
-        assert path in str(err.value) and good not in str(err.value)
     with pytest.warns(UserWarning, match="skipping bad video"):
         stream = build_stream(data_cfg([good, *bad_containers], decoder=decoder, on_bad_video="skip"), stream_cfg())
     assert [p for p, _ in stream.skipped] == list(bad_containers) and [v.path for v in stream.videos] == [good]
     batch = next(iter(stream))
     assert read_block(batch.frames[0, 0]) == (vid, batch.clips[0].frames[0])
+    for path, problem in bad_containers.items():
+        with pytest.raises(DataError, match=problem) as err:
+            build_stream(data_cfg([good, path], decoder=decoder), stream_cfg())
+        assert path in str(err.value) and good not in str(err.value)
 
 
 @needs_decord

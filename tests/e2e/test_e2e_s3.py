@@ -2,11 +2,11 @@
 (moto's server mode), an MLflow tracking server whose artifact store is that bucket, and the `raystream` CLI with
 `trainer.storage_path=s3://...`, reaching the bucket through AWS_ENDPOINT_URL and dummy credentials.
 
- - `raystream train`: the Ray Train checkpoints, raystream's run file and the MLflow artifacts land in the bucket;
- - `raystream sweep`: the Tune experiment state and every trial's checkpoints land in the bucket; the sweep is
-   SIGKILLed (driver and its local Ray cluster) once the bucket records a finished trial, everything local is
-   deleted (working directory, HOME, Ray's temp dir), and the same command in a fresh directory resumes it from the
-   bucket alone, without redoing the finished trial;
+ - `raystream sweep`: the Tune experiment state lands in the bucket, and each trial's run (`fit`, as `raystream train`
+   runs it) writes its Ray Train checkpoints, raystream's run file, its MLflow artifacts and its LoggedModel there
+   (`trainer.log_checkpoint_artifact=true`); the sweep is SIGKILLed (driver and its local Ray cluster) once the
+   bucket records a finished trial, everything local is deleted (working directory, HOME, Ray's temp dir), and the
+   same command in a fresh directory resumes it from the bucket alone, without redoing the finished trial;
  - the MLflow server: trials logged through it, its artifacts are in the bucket, its UI's search API lists the runs,
    and it answers on loopback only.
 """
@@ -40,7 +40,7 @@ TINY = ["trainer.max_steps=2", "trainer.checkpoint_every=1", "trainer.log_every=
 # down so the second trial is still running when the first one's end has reached the bucket. Tune's state reaches
 # the bucket every second (sweep.sync_period_s; 15 s by default), so each trial's 2 steps need only a few seconds.
 SWEEP = ["sweep", "sweep=smoke", "stream.order=batch_along_time", "sweep.max_concurrent_trials=1",
-         "sweep.sync_period_s=1", *TINY]
+         "sweep.sync_period_s=1", "trainer.log_checkpoint_artifact=true", *TINY]
 STEP_DELAY_S = "3"
 
 
@@ -73,34 +73,6 @@ def _workspace(root: Path, name: str, env: dict):
 
 def _raystream(args, root: Path):
     return [sys.executable, "-m", "raystream.cli", *args, f"data.demo.cache_dir={root / 'demo'}"]
-
-
-def test_train_writes_checkpoints_and_mlflow_artifacts_to_the_bucket(cloud):
-    s3, root = cloud["s3"], cloud["root"]
-    ws, env = _workspace(root, "train", cloud["env"])
-    cmd = _raystream(["train", *TINY, f"trainer.storage_path=s3://{s3.bucket}/results", "trainer.run_name=single"],
-                     root)
-    out = subprocess.run(cmd, cwd=ws / "cwd", env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert f"checkpoint  s3://{s3.bucket}/results/single/checkpoint_" in out.stdout
-
-    keys = s3.keys("results/single/")
-    assert "results/single/raystream_run.json" in keys
-    checkpoints = {k.split("/")[2] for k in keys if k.split("/")[2].startswith("checkpoint_0")}
-    assert len(checkpoints) == 2, keys  # steps 1 and 2
-    assert not any(p.name.startswith("s3:") for p in (ws / "cwd").iterdir())
-
-    info = json.loads(s3.read("results/single/raystream_run.json"))
-    run = cloud["client"].get_run(info["mlflow_run_id"])
-    assert run.info.status == "FINISHED" and run.data.tags["raystream.run_dir"] == f"s3://{s3.bucket}/results/single"
-    # Artifacts go through the server to its --artifacts-destination, the bucket.
-    mlflow_keys = s3.keys(f"mlflow/{run.info.experiment_id}/{run.info.run_id}/artifacts/")
-    assert any(k.endswith("/config.yaml") for k in mlflow_keys), mlflow_keys
-    # The final checkpoint is the run's LoggedModel: its files in the bucket too, below the experiment's models/.
-    (model,) = cloud["client"].search_logged_models([run.info.experiment_id],
-                                                    filter_string=f"source_run_id = '{run.info.run_id}'")
-    model_keys = s3.keys(f"mlflow/{run.info.experiment_id}/models/{model.model_id}/artifacts/")
-    assert any(k.endswith("/MLmodel") for k in model_keys), model_keys
 
 
 def _experiment_dirs(s3):
@@ -236,3 +208,27 @@ def test_mlflow_server_records_trials_with_artifacts_in_the_bucket(cloud, killed
     if ip is not None:  # bound to loopback only
         assert not answers_on(ip, server.port), f"MLflow answers on {ip}:{server.port}"
         assert not answers_on(ip, s3.port), f"the S3 server answers on {ip}:{s3.port}"
+
+
+def test_each_trials_checkpoints_run_file_artifacts_and_model_are_in_the_bucket(cloud, killed_and_resumed_sweep):
+    """What a run writes to a bucket (each trial's `fit`, as `raystream train`'s), the resumed trial's too: its two
+    checkpoints (steps 1 and 2) and run file under its run directory, its MLflow artifacts and its final checkpoint as
+    a LoggedModel through the server into the bucket."""
+    r, s3, client = killed_and_resumed_sweep, cloud["s3"], cloud["client"]
+    trials = [x for x in r["runs"] if x.data.tags.get("raystream.role") == "trial" and x.info.status == "FINISHED"]
+    assert len(trials) == 2, [(x.info.run_name, x.info.status) for x in r["runs"]]
+    for run in trials:
+        run_dir = f"results/{r['name']}-{run.data.tags['raystream.trial_id']}"
+        assert run.data.tags["raystream.run_dir"] == f"s3://{s3.bucket}/{run_dir}"
+        keys = s3.keys(f"{run_dir}/")
+        assert json.loads(s3.read(f"{run_dir}/raystream_run.json"))["mlflow_run_id"] == run.info.run_id
+        checkpoints = {k.split("/")[2] for k in keys if k.split("/")[2].startswith("checkpoint_0")}
+        assert checkpoints == {"checkpoint_00000001", "checkpoint_00000002"}, keys
+        # Artifacts go through the server to its --artifacts-destination, the bucket.
+        mlflow_keys = s3.keys(f"mlflow/{run.info.experiment_id}/{run.info.run_id}/artifacts/")
+        assert any(k.endswith("/config.yaml") for k in mlflow_keys), mlflow_keys
+        # The final checkpoint is the run's LoggedModel: its files in the bucket too, below the experiment's models/.
+        (model,) = client.search_logged_models([run.info.experiment_id],
+                                               filter_string=f"source_run_id = '{run.info.run_id}'")
+        model_keys = s3.keys(f"mlflow/{run.info.experiment_id}/models/{model.model_id}/artifacts/")
+        assert any(k.endswith("/MLmodel") for k in model_keys), model_keys

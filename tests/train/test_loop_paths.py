@@ -136,7 +136,7 @@ def test_bf16_autocast_runs_on_cpu_through_the_workers_step(tiny):
 
 
 @pytest.mark.slow
-def test_compiled_optimizer_trains_like_the_stock_one(ray_cluster, tiny, workdir):
+def test_compiled_optimizer_trains_like_the_stock_one(ray_cluster, tiny, workdir, capsys):
     """`optimizer.compile=true` through the real loop (Ray Train, 1 worker: schedules, clipping, checkpoints,
     diagnostics): the same losses, to fp32 rounding, as the stock-op step. The stock losses come from the worker's
     step taken in this process (raystream/bench/trainee.py: the model, optimizer, schedules and shard a worker
@@ -150,6 +150,8 @@ def test_compiled_optimizer_trains_like_the_stock_one(ray_cluster, tiny, workdir
     from raystream.train.commands import main
 
     assert main(tiny("trainer.num_workers=1", "optimizer.compile=true", "trainer.run_name=compiled")) == 0
+    final = Path(workdir["storage"]) / "compiled" / "checkpoint_00000006"
+    assert f"  checkpoint  {final}\n" in capsys.readouterr().out  # `raystream train`'s summary names it
     client = make_client(workdir["mlflow"])
     run = client.search_runs([client.get_experiment_by_name("train-tests").experiment_id],
                              filter_string="tags.`raystream.run_name` = 'compiled'")[0]

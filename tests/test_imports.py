@@ -2,11 +2,13 @@
 [tool.importlinter]) hold, run as `lint-imports` from the repository's root; no module cycle (in-function imports
 included, so a cycle cannot hide in a function), and raystream.data's rooms point one way (stream -> videos ->
 decode, stream -> decode, demo; that data knows nothing above it, Ray and MLflow included, is a contract). The rest
-is a static read of the source with ast: nothing is imported, so it is fast and exact."""
+is a static read of the source with ast: nothing is imported, so it is fast and exact; each file is read and parsed
+once for the whole module."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import shutil
 import subprocess
@@ -61,6 +63,17 @@ def test_the_layers_contract_sees_an_upward_import_inside_a_function(tmp_path):
     assert "house.low.floor -> house.high" in done.stdout
 
 
+@functools.lru_cache(maxsize=None)
+def _sources() -> Dict[Path, tuple]:
+    """{path: (its lines, its ast)} of every module of raystream, read and parsed once for all the tests here (each
+    test parsing the package again cost a second or two)."""
+    out = {}
+    for p in sorted(ROOT.rglob("*.py")):
+        text = p.read_text()
+        out[p] = (text.splitlines(), ast.parse(text, str(p)))
+    return out
+
+
 def _module_of(path: Path) -> str:
     parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -74,12 +87,11 @@ def _lazy_exports(tree: ast.Module) -> Dict[str, str]:
     return {}
 
 
-def import_graph() -> Dict[str, Set[str]]:
-    """{module: raystream modules it imports anywhere in its source}; `from pkg import name` points at
-    pkg.name when that is a module or a lazy export of pkg, else at pkg."""
-    trees = {_module_of(p): (p, ast.parse(p.read_text(), str(p))) for p in sorted(ROOT.rglob("*.py"))}
+@functools.lru_cache(maxsize=None)
+def _import_graph() -> Dict[str, frozenset]:
+    trees = {_module_of(p): (p, tree) for p, (_, tree) in _sources().items()}
     exports = {m: _lazy_exports(t) for m, (p, t) in trees.items() if p.name == "__init__.py"}
-    graph: Dict[str, Set[str]] = {}
+    graph: Dict[str, frozenset] = {}
     for mod, (path, tree) in trees.items():
         package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
         out: Set[str] = set()
@@ -100,8 +112,14 @@ def import_graph() -> Dict[str, Set[str]]:
                         out.add(f"{base}.{exports[base][a.name]}")
                     else:
                         out.add(base)
-        graph[mod] = {m for m in out if m in trees and m != mod}
+        graph[mod] = frozenset(m for m in out if m in trees and m != mod)
     return graph
+
+
+def import_graph() -> Dict[str, Set[str]]:
+    """{module: raystream modules it imports anywhere in its source}; `from pkg import name` points at
+    pkg.name when that is a module or a lazy export of pkg, else at pkg. Built once; each call gets its own copy."""
+    return {m: set(targets) for m, targets in _import_graph().items()}
 
 
 def cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
@@ -184,8 +202,7 @@ def test_data_rooms_point_one_way(room):
 def _in_function_imports(path: Path):
     """(line, source) of each import inside a function of `path`, with whether a comment on it or on the line
     above says why it is there."""
-    lines = path.read_text().splitlines()
-    tree = ast.parse("\n".join(lines), str(path))
+    lines, tree = _sources()[path]
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for node in ast.walk(fn):
@@ -198,7 +215,7 @@ def _in_function_imports(path: Path):
 def test_imports_sit_at_the_top_unless_a_comment_says_why():
     """Across the whole package: an import inside a function is a deliberate lazy one (Ray or MLflow kept out of
     the CLI's light commands, the probe child process, an optional or private module), and says so."""
-    wrong = sorted({f"{p.relative_to(ROOT.parent)}:{line}: {text}" for p in ROOT.rglob("*.py")
+    wrong = sorted({f"{p.relative_to(ROOT.parent)}:{line}: {text}" for p in _sources()
                     for line, text, said in _in_function_imports(p) if not said})
     assert not wrong, "imports inside functions without a comment saying why:\n" + "\n".join(wrong)
 
@@ -206,8 +223,8 @@ def test_imports_sit_at_the_top_unless_a_comment_says_why():
 def test_config_values_are_read_from_the_schema_not_with_a_default():
     """`getattr(cfg, key, default)` hides a key missing from the typed schema; every value is read as cfg.key."""
     wrong = []
-    for p in sorted(ROOT.rglob("*.py")):
-        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+    for p, (_, tree) in _sources().items():
+        for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and len(node.args) == 3 \
                     and "cfg" in ast.unparse(node.args[0]).lower():
                 wrong.append(f"{p.relative_to(ROOT.parent)}:{node.lineno}: {ast.unparse(node)}")
@@ -218,8 +235,8 @@ def test_no_module_imports_dynamo_or_inductor_when_it_is_imported():
     """torch._dynamo takes 2-4 s to import (3.6 of `import raystream.cli`'s 8.5 s on the 2-core machine, 2026-11-27)
     and torch loads it on first use: every driver, Ray worker and CLI call would pay it, compiled step or not."""
     found = []
-    for path in sorted(ROOT.rglob("*.py")):
-        for node in ast.parse(path.read_text(), str(path)).body:  # module level only: a function may import it
+    for path, (_, tree) in _sources().items():
+        for node in tree.body:  # module level only: a function may import it
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.relative_to(ROOT.parent)}:{node.lineno} {n}" for n in names

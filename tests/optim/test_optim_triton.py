@@ -190,7 +190,7 @@ def test_bench_times_the_fused_step():
 
     params = _params(torch.float32)
     cfg = OmegaConf.structured(OptimizerConfig(compile=False))
-    ms, skipped, ran = time_optimizers([{"params": params}], cfg, warmup=2, steps=2, budget=Budget(300),
+    ms, skipped, ran = time_optimizers([{"params": params}], cfg, warmup=2, steps=1, budget=Budget(300),
                                        with_compiled=False)
     assert {"orthogonal_adamw", "orthogonal_adamw_eager", "adamw_fused"} <= set(ms), (ms, skipped)
     assert ran["orthogonal_adamw"].startswith("ran fused (Triton")
@@ -245,12 +245,13 @@ def test_benchmark_script_times_the_fused_rows_where_triton_runs():
     bench = _benchmark_script()
     labels = ["AdamW foreach", "AdamW fused", "OrthogonalAdamW global", "OrthogonalAdamW Triton global",
               "OrthogonalAdamW Triton per_tensor"]
-    rows, skipped = bench.bench_model("vit_tiny", torch.device("cpu"), steps=1, warmup=2, memory=False,
+    # one unmeasured round and one measured: each of the interpreter's fused steps of vit_tiny costs half a second
+    rows, skipped = bench.bench_model("vit_tiny", torch.device("cpu"), steps=1, warmup=1, memory=False,
                                       labels=labels)
     timed = {r["optimizer"]: r for r in rows}
     if interpreting():
         assert set(timed) == set(labels) and not skipped
-        assert timed["OrthogonalAdamW Triton global"]["ran"] == "ran fused (Triton, 3 steps)"
+        assert timed["OrthogonalAdamW Triton global"]["ran"] == "ran fused (Triton, 2 steps)"
         assert timed["OrthogonalAdamW global"]["ran"] == ""
     else:
         assert set(timed) == set(labels[:3])

@@ -140,6 +140,33 @@ def _prepare_and_use(uri, experiment):
     return c.create_experiment(experiment)
 
 
+def _driver(uri, experiment, barrier, results):
+    """One driver, forked: starts with the others (`barrier`) and puts its experiment's id or its error."""
+    try:
+        barrier.wait(timeout=120)
+        results.put((experiment, _prepare_and_use(uri, experiment)))
+    except BaseException as exc:
+        results.put((experiment, f"error: {type(exc).__name__}: {exc}"))
+
+
+def _drivers(uri, experiments):
+    """In a fresh (spawned) process: MLflow's store imported once, then one forked driver per experiment, all let go
+    at once, so that each is its own process racing on the new file without paying MLflow's import each."""
+    import multiprocessing
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: F401  imported before the forks
+
+    ctx = multiprocessing.get_context("fork")  # this process is new and has no thread: forking it is safe
+    barrier, results = ctx.Barrier(len(experiments)), ctx.Queue()
+    procs = [ctx.Process(target=_driver, args=(uri, e, barrier, results)) for e in experiments]
+    for proc in procs:
+        proc.start()
+    got = dict(results.get(timeout=300) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=60)
+    return [got[e] for e in experiments]
+
+
 def test_a_new_sqlite_store_is_created_once_and_appears_complete(tmp_path):
     """Several drivers at once on a new file: one creates and migrates it under a temporary name and moves it in
     whole; none sees a half-migrated store (sqlite3 `table _alembic_tmp_... already exists` before)."""
@@ -147,19 +174,20 @@ def test_a_new_sqlite_store_is_created_once_and_appears_complete(tmp_path):
     from concurrent.futures import ProcessPoolExecutor
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    # spawned, not forked: the suite's Ray driver may be live in this process (tests/eval/test_eval_shard.py)
-    with ProcessPoolExecutor(3, mp_context=multiprocessing.get_context("spawn")) as pool:
-        ids = list(pool.map(_prepare_and_use, [uri] * 3, ["a", "b", "c"]))
+    # the drivers are forked from one spawned process, not from this one: the suite's Ray driver may be live here
+    # (tests/eval/test_eval_shard.py)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        ids = pool.submit(_drivers, uri, ["a", "b", "c"]).result(timeout=600)
+    assert not [i for i in ids if i.startswith("error")], ids
     assert len(set(ids)) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db"]  # no temporary file left behind
     assert {e.name for e in make_client(uri).search_experiments()} >= {"a", "b", "c"}
 
 
-def test_experiments_open_on_the_runs_table_in_the_mlflow_ui(tmp_path):
+def test_experiments_open_on_the_runs_table_in_the_mlflow_ui(store):
     from raystream.tracking.store import experiment_id
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    c = make_client(uri)
+    uri, c = store  # the module's store (a new one costs a second of migrations): these names are used only here
     old = c.create_experiment("made-before")
     for name in ("new", "made-before"):
         exp = c.get_experiment(experiment_id(c, name, uri))

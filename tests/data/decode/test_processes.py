@@ -111,29 +111,34 @@ def test_closing_a_stream_midway_ends_its_processes_and_segments(block_videos):
     assert not _children() and not _segments()
 
 
+# the parent holds the decode processes themselves, as a stream does (their exit handler and the children's watch on
+# it are what is tested), without the stream: a stream would import torch, 2-3 CPU-seconds of the parent's start
 _SCRIPT = textwrap.dedent("""
-    import sys, time
-    sys.path.insert(0, {helpers!r})
-    from rs_data_helpers import data_cfg, stream_cfg
-    from raystream.data import build_stream
+    import sys
     from raystream.data.decode import processes
+    from raystream.data.decode.plan import Job
     videos = {videos!r}
-    s = stream_cfg(order="shuffled", batch_size=2, epochs=50, frames_per_clip=3, fps=15.0, clip_shift=1)
-    stream = build_stream(data_cfg(videos, decode_workers=2, decode_backend="processes", prefetch=0), s)
-    it = iter(stream)
-    next(it)
+    workers = processes.DecodeProcesses(2, [processes.ReaderRecipe(v, 32, 32, "pyav") for v in videos[:2]],
+                                        processes.ReaderSettings(8))
+    def job(i):
+        return Job(i, i % 2, 0, 0, 0, 0, 0, frames=[i % 3, i % 3 + 1, i % 3 + 2])
+    ahead = [workers.submit(job(i)) for i in range(4)]
+    ahead[0].result(timeout=120)
     print("running", flush=True)
     if {mode!r} == "exit":
-        sys.exit(0)  # without closing the stream: the exit handler ends its processes
-    while True:
-        next(it)
+        sys.exit(0)  # jobs in flight, the workers never closed: the exit handler ends their processes
+    i = 4
+    while True:  # 4 jobs in flight at any time, until killed
+        ahead.pop(0).result(timeout=120)
+        workers.release(i - 4)
+        ahead.append(workers.submit(job(i)))
+        i += 1
 """)
 
 
 @pytest.mark.parametrize("mode", ["exit", "killed"])
 def test_no_process_or_segment_outlives_its_parent(block_videos, mode):
-    helpers = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = _SCRIPT.format(helpers=helpers, videos=block_videos, mode=mode)
+    code = _SCRIPT.format(videos=block_videos, mode=mode)
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout.readline().strip() == "running"

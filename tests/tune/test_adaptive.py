@@ -150,11 +150,15 @@ def _trainable(config):
 
 
 def test_a_tune_run_adds_seeds_where_open(ray_by_value, tmp_path):
+    """The searcher drives Tune's own loop (suggest, results, its end). A trial's actor is kept for the next trial
+    when one is waiting (6 processes for the 10 trials here, not 10: each is a Python process that imports Ray
+    Tune); which process runs a trial is no part of the searcher's contract."""
     cells = _cells(["adamw", "big", "same"], 4)
     searcher = SeedSearcher(cells, _comparison(2, 4))
     tuner = tune.Tuner(tune.with_resources(_trainable, {"CPU": 0.5}),
                        tune_config=tune.TuneConfig(metric="loss", mode="min", search_alg=searcher,
-                                                   num_samples=len(cells), max_concurrent_trials=3),
+                                                   num_samples=len(cells), max_concurrent_trials=3,
+                                                   reuse_actors=True),
                        run_config=tune.RunConfig(verbose=0, storage_path=str(tmp_path)))
     results = tuner.fit()
     ran = sorted((r.config["optimizer"], r.config[SEED]) for r in results)

@@ -1,10 +1,13 @@
 """`raystream plan` against a small sweep actually run here: the smoke sweep's two optimizers (AdamW and
-Orthogonal-AdamW along time, 2 passes of the 2 demo videos, 60 frames each: the stream decides the steps), one trial
-at a time on the session's Ray cluster, at the rate `raystream bench --json` measured for the same config a moment
-before, in this process. The plan's steps and trials must be the sweep's exactly (each trial's logged `loss` steps,
-its MLflow child runs), and each trial's time in its training steps (`time/steps_s`, which leaves out its start, evaluations and
-checkpoints, as the plan does) must lie within the range the plan states (printed; the test fails only SLACK-fold beyond it), and so must each
-trial's whole wall time (its MLflow child run) against the plan's trial time, which adds the parts of a trial the
+Orthogonal-AdamW along time, 2 passes of the 2 demo videos, 60 frames each: the stream decides the steps), planned at
+the rate `raystream bench --json` measured for the same config a moment before, in this process; then its AdamW
+trial run on the session's Ray cluster (the sweep narrowed to that cell: each trial costs its 7 Ray processes, about
+30 CPU-s, and the AdamW cell is the one whose step the plan derives from the bench's, less Orthogonal-AdamW's step
+plus AdamW's, so its time goes through the whole arithmetic). The narrowed sweep's plan is the full one's AdamW cell,
+and its steps and trials must be the run's exactly (the trial's logged `loss` steps, its MLflow child runs), and the
+trial's time in its training steps (`time/steps_s`, which leaves out its start, evaluations and checkpoints, as the
+plan does) must lie within the range the plan states (printed; the test fails only SLACK-fold beyond it), and so must
+its whole wall time (its MLflow child run) against the plan's trial time, which adds the parts of a trial the
 bench measured outside its steps. That range is asked for with `--spread 3`
 (the faster rate / 3 to the slower x 3), not the default 1.25 of a node of one's own: this 2-core machine is shared
 (the suite's two workers, and on 2026-11-28 eight sessions at once, load average 22), and its speed moves within
@@ -32,6 +35,13 @@ SLACK = 10.0
 SWEEP = ["sweep=smoke", "stream.order=batch_along_time", "stream.epochs=2", "data.demo.frames_per_video=60",
          "sweep.max_concurrent_trials=1", "trainer.correlation_steps=1", "eval.probe_epochs=1",
          "eval.max_probe_samples=100"]
+ONE_CELL = "sweep.grid.optimizer.name=[adamw]"  # the sweep run: its AdamW cell alone
+
+
+def _plan(run, overrides, bench):
+    out = run("plan", "sweep", *overrides, "--rate-from", str(bench), "--spread", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 def test_the_plan_of_a_sweep_matches_the_sweep_run(ray_cluster, tmp_path, monkeypatch, capfd):
@@ -41,24 +51,25 @@ def test_the_plan_of_a_sweep_matches_the_sweep_run(ray_cluster, tmp_path, monkey
         measured = run("bench", *overrides, "--device", "cpu", "--steps", "10", "--time-budget", "60",
                        "--compile", "off", "--json", str(bench))
         assert measured.returncode == 0, measured.stderr
-        out = run("plan", "sweep", *overrides, "--rate-from", str(bench), "--spread", "3", "--json")
-    assert out.returncode == 0, out.stderr
-    plan = json.loads(out.stdout)
+        plan = _plan(run, overrides, bench)
+        narrowed = [*overrides, ONE_CELL]
+        one = _plan(run, narrowed, bench)
     assert plan["rate"]["source"] == f"raystream bench --json {bench}" and plan["concurrent_trials"] == 1
     assert plan["rate"]["order"] == "batch_along_time"  # the live rate read the order the trials read
     cells = {c["label"]: c for c in plan["cells"]}
-    assert sorted(cells) == ["optimizer.name=adamw", "optimizer.name=orthogonal_adamw"]
+    assert sorted(cells) == ["optimizer.name=adamw", "optimizer.name=orthogonal_adamw"] and plan["trials"] == 2
     assert {c["steps"] for c in cells.values()} == {12} and {c["limited_by"] for c in cells.values()} == {"the stream"}
+    assert one["cells"] == [cells["optimizer.name=adamw"]]  # a cell's plan is the same in the narrowed sweep
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
-    outcome = run_sweep(compose(overrides), overrides, verbose=0)
-    assert [t.status for t in outcome.trials] == ["finished", "finished"]
+    outcome = run_sweep(compose(narrowed), narrowed, verbose=0)
+    assert [t.status for t in outcome.trials] == ["finished"]
 
     client = MlflowClient(uri)
     children = client.search_runs([outcome.experiment_id], filter_string="tags.`raystream.role` = 'trial'")
-    assert len(children) == plan["trials"] == 2
+    assert len(children) == one["trials"] == 1
     seconds = {}
     for child in children:
         cell = cells[f"optimizer.name={child.data.tags['raystream.grid.optimizer.name']}"]

@@ -106,11 +106,21 @@ def _lock_record(bucket, name):
 
 
 def test_a_second_sweep_on_a_bucket_refuses_before_ray_and_a_dead_holders_lock_is_taken_over(bucket, sweeps_dir,
-                                                                                             tmp_path, capfd):
+                                                                                             tmp_path, monkeypatch,
+                                                                                             capfd):
     """`raystream sweep trainer.storage_path=s3://...` while another process holds that sweep's lock in the bucket:
-    exit 2 at once, naming the holder, the lock's URI and `sweep.run_name=<name>-2`, before Ray starts (no Ray
-    session under RAY_TMPDIR). Once the holder is killed (pid gone on this host) the next sweep takes the lock over;
+    exit 2 at once, naming the holder, the lock's URI and `sweep.run_name=<name>-2`, before Ray starts (the sweep's
+    start of Ray fails the test, and no Ray session appears under RAY_TMPDIR). The command runs in this process
+    (`in_process`, which also fails it if Ray was started): a CLI process of its own would import torch, Ray and
+    MLflow for an exit 2. Once the holder is killed (pid gone on this host) the next sweep takes the lock over;
     released, it leaves the bucket, and the next takes it without a note."""
+    from cli_driver import in_process
+
+    import raystream.tune.sweep
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("Ray was started before the refusal")
+
     sweeps_dir("tiny_lock", SWEEP)
     env = {**bucket["env"], "RAYSTREAM_CONFIG_DIR": str(sweeps_dir.root), "RAY_TMPDIR": str(tmp_path / "ray")}
     env.pop("RAY_ADDRESS", None)
@@ -119,9 +129,10 @@ def test_a_second_sweep_on_a_bucket_refuses_before_ray_and_a_dead_holders_lock_i
     try:
         assert first.stdout.readline().strip() == "locked"
         assert _lock_record(bucket, "held")["pid"] == first.pid
-        out = subprocess.run([sys.executable, "-m", "raystream.cli", "sweep", "sweep=tiny_lock", "sweep.run_name=held",
-                              f"trainer.storage_path={bucket['uri']}", f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"],
-                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        monkeypatch.setattr(raystream.tune.sweep, "start_ray", no_ray)
+        with in_process(tmp_path, monkeypatch, capfd) as run:
+            out = run("sweep", "sweep=tiny_lock", "sweep.run_name=held", f"trainer.storage_path={bucket['uri']}",
+                      f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db", env={"RAY_TMPDIR": str(tmp_path / "ray")})
         assert out.returncode == 2, out.stdout + out.stderr[-3000:]
         assert f"pid {first.pid} on host" in out.stderr and "already running" in out.stderr, out.stderr[-3000:]
         assert f"{bucket['uri']}/sweeps/held/{LOCK_FILE}" in out.stderr and "sweep.run_name=held-2" in out.stderr

@@ -126,6 +126,7 @@ _SCRIPT = textwrap.dedent("""
     ahead[0].result(timeout=120)
     print("running", flush=True)
     if {mode!r} == "exit":
+        sys.stdin.readline()  # once the test has listed the children (an exit before that raced the listing)
         sys.exit(0)  # jobs in flight, the workers never closed: the exit handler ends their processes
     i = 4
     while True:  # 4 jobs in flight at any time, until killed
@@ -139,12 +140,15 @@ _SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("mode", ["exit", "killed"])
 def test_no_process_or_segment_outlives_its_parent(block_videos, mode):
     code = _SCRIPT.format(videos=block_videos, mode=mode)
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert parent.stdout.readline().strip() == "running"
         children = [p for p in psutil.Process(parent.pid).children()
                     if "raystream.data.decode.processes" in " ".join(p.cmdline())]
         assert len(children) == 2
+        if mode == "exit":
+            parent.stdin.write("exit\n")
+            parent.stdin.flush()
         if mode == "killed":
             time.sleep(0.5)  # mid-stream: jobs in flight hold segments
             parent.kill()

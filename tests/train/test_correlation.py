@@ -299,7 +299,11 @@ def test_two_gloo_ranks_on_dora(dora, two_gloo_ranks):
 @pytest.mark.slow
 def test_ray_train_workers_log_the_single_process_figures(ray_cluster, regime, tmp_path):
     """A Ray Train run of 2 workers measures before step 0, each worker on its shard; rank 0 logs the figures at
-    step 0 of the run's MLflow run, equal to the single-process ones."""
+    step 0 of the run's MLflow run, equal to the single-process ones. The same run is future prediction's through
+    Ray Train with 2 DDP workers (tests/train/test_fit_scenarios.py has the other scenarios): it trains and reports
+    its in-stream and out-of-stream evaluations."""
+    import math
+
     from raystream.train.run import fit
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -312,6 +316,9 @@ def test_ray_train_workers_log_the_single_process_figures(ray_cluster, regime, t
               for metric, key in correlation.METRICS.items()}
     assert {k: [m.step for m in h] for k, h in logged.items()} == {k: [0] for k in PINNED}
     assert {k: h[0].value for k, h in logged.items()} == pytest.approx(PINNED, abs=TOL)
+    assert final["steps_done"] == 1 and math.isfinite(final["loss"])
+    for key in ("eval/mse_in_stream", "eval/psnr_in_stream", "eval/mse_out_of_stream", "eval/psnr_out_of_stream"):
+        assert key in final and math.isfinite(final[key]), (key, sorted(final))
 
 
 def test_one_pair_per_order_takes_each_gradient_once_with_the_two_pass_figures(regime, monkeypatch):

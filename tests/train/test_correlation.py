@@ -7,6 +7,7 @@ the same pixels under the same mask; shuffled batches are random clips of 2 vide
 """
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_driver import in_process
 from raystream.config import ConfigError, compose
 from raystream.data import build_stream
 from raystream.data.demo.videos import ensure_demo_videos
@@ -37,21 +39,13 @@ def _cli(*args):
 
 
 @pytest.fixture
-def cli_here(capsys, monkeypatch):
-    """cli_here(*args): `raystream data correlation` run in this process by the CLI's `main`, as (exit code, stdout,
-    stderr). A fresh interpreter (torch's import) costs seconds of CPU per run; the command as a user runs it, in
-    a process of its own, is `_cli`'s (test_cli_prints_one_json_line_with_both_orders)."""
-    from raystream.cli import main
-    from raystream.train.ray_start import SINGLE_MACHINE_ENV
-
-    monkeypatch.setenv(SINGLE_MACHINE_ENV, os.environ.get(SINGLE_MACHINE_ENV, "0"))  # main sets it: restored after
-
-    def run(*args):
-        capsys.readouterr()
-        code = main(["data", "correlation", *args])
-        out = capsys.readouterr()
-        return code, out.out, out.err
-    return run
+def cli_here(tmp_path, monkeypatch, capfd):
+    """cli_here(*args): `raystream data correlation <args>` run in this process by the CLI's `main`
+    (tests/cli_driver.py `in_process`), as a CompletedProcess. A fresh interpreter (torch's import) costs seconds of
+    CPU per run; the command as a user runs it, in a process of its own, is `_cli`'s
+    (test_cli_prints_one_json_line_with_both_orders)."""
+    with in_process(tmp_path, monkeypatch, capfd) as run:
+        yield lambda *args: run("data", "correlation", *args)
 
 
 @pytest.fixture(scope="module")
@@ -151,32 +145,32 @@ def test_checkpoint_weights_are_used(demo_dir, tmp_path):
 
 def test_bad_checkpoint_path_exits_2_naming_it(demo_dir, tmp_path, cli_here):
     missing = tmp_path / "no-such-run"
-    code, out, err = cli_here(*_tiny(demo_dir), "--steps", "1", "--checkpoint", str(missing))
-    assert code == 2
-    assert str(missing) in err and "no such file" in err
-    assert "Traceback" not in err and out == ""
+    out = cli_here(*_tiny(demo_dir), "--steps", "1", "--checkpoint", str(missing))
+    assert out.returncode == 2
+    assert str(missing) in out.stderr and "no such file" in out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
 
 
 def test_stream_of_one_batch_exits_2(demo_dir, cli_here):
-    code, _, err = cli_here(*_tiny(demo_dir, "stream.batch_size=100"), "--steps", "1")
-    assert code == 2
-    assert "consecutive batches need at least 2" in err and "Traceback" not in err
+    out = cli_here(*_tiny(demo_dir, "stream.batch_size=100"), "--steps", "1")
+    assert out.returncode == 2
+    assert "consecutive batches need at least 2" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_zero_steps_exits_2(demo_dir, cli_here):
-    code, _, err = cli_here(*_tiny(demo_dir), "--steps", "0")
-    assert code == 2 and "--steps 0" in err
+    out = cli_here(*_tiny(demo_dir), "--steps", "0")
+    assert out.returncode == 2 and "--steps 0" in out.stderr
 
 
-def test_bad_device_or_micro_batch_exits_2_naming_it(demo_dir, capsys, cli_here):
-    code, _, err = cli_here(*_tiny(demo_dir), "--steps", "1", "--device", "tpu9", "--micro-batch", "1")
-    assert code == 2 and "--device tpu9" in err and "Traceback" not in err
+def test_bad_device_or_micro_batch_exits_2_naming_it(demo_dir, capfd, cli_here):
+    out = cli_here(*_tiny(demo_dir), "--steps", "1", "--device", "tpu9", "--micro-batch", "1")
+    assert out.returncode == 2 and "--device tpu9" in out.stderr and "Traceback" not in out.stderr
     cfg = compose(_tiny(demo_dir))
     assert correlation.main(cfg, steps=1, micro_batch=0) == 2
-    assert "--micro-batch 0: expected at least 1 clip" in capsys.readouterr().err
+    assert "--micro-batch 0: expected at least 1 clip" in capfd.readouterr().err
     if not torch.cuda.is_available():
         assert correlation.main(cfg, steps=1, device="cuda") == 2
-        assert "--device cuda: this machine has no CUDA GPU" in capsys.readouterr().err
+        assert "--device cuda: this machine has no CUDA GPU" in capfd.readouterr().err
 
 
 def test_micro_places_cut_each_rank_shard():
@@ -302,8 +296,6 @@ def test_ray_train_workers_log_the_single_process_figures(ray_cluster, regime, t
     step 0 of the run's MLflow run, equal to the single-process ones. The same run is future prediction's through
     Ray Train with 2 DDP workers (tests/train/test_fit_scenarios.py has the other scenarios): it trains and reports
     its in-stream and out-of-stream evaluations."""
-    import math
-
     from raystream.train.run import fit
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -11,7 +11,9 @@ import sys
 import time
 
 import pytest
+from cli_driver import in_process
 
+import raystream.tune.sweep
 from raystream.config import compose
 from raystream.train import storage
 from raystream.train.lock import LOCK_FILE, STALE_AFTER_S, SweepLock, SweepLocked
@@ -114,10 +116,6 @@ def test_a_second_sweep_on_a_bucket_refuses_before_ray_and_a_dead_holders_lock_i
     (`in_process`, which also fails it if Ray was started): a CLI process of its own would import torch, Ray and
     MLflow for an exit 2. Once the holder is killed (pid gone on this host) the next sweep takes the lock over;
     released, it leaves the bucket, and the next takes it without a note."""
-    from cli_driver import in_process
-
-    import raystream.tune.sweep
-
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray was started before the refusal")
 

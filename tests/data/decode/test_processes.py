@@ -121,7 +121,7 @@ _SCRIPT = textwrap.dedent("""
     workers = processes.DecodeProcesses(2, [processes.ReaderRecipe(v, 32, 32, "pyav") for v in videos[:2]],
                                         processes.ReaderSettings(8))
     def job(i):
-        return Job(i, i % 2, 0, 0, 0, 0, 0, frames=[i % 3, i % 3 + 1, i % 3 + 2])
+        return Job(id=i, video=i % 2, segment=0, gop=0, piece=0, first=0, last=0, frames=[i % 3, i % 3 + 1, i % 3 + 2])
     ahead = [workers.submit(job(i)) for i in range(4)]
     ahead[0].result(timeout=120)
     print("running", flush=True)
